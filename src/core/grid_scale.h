@@ -1,0 +1,89 @@
+// The scale of the backward's integer grid (ALGORITHMS.md section 5), computed from the
+// per-(request, KV head) bounds of the preprocess.
+//
+// Invariant: every kernel and the CPU reference call this one function on the same stored
+// bounds, with only correctly rounded single operations (no contraction), so they all
+// derive the same exponents bit for bit.
+//
+// Bounds, for rows i of the group's query heads and keys j of the request:
+//   |dP_ij|           <= ||dO_i|| * ||V_j|| <= sqrt(max ||dO||^2) * sqrt(D) * max|V|  = b_dp
+//   |dP_ij - Delta_i| <= b_dp + max|Delta|                                          = b_ds
+//   |dS_ij|            = P_ij |dP_ij - Delta_i| <= b_ds              (P_ij <= 1)
+//   |sum_j dS_ij K_jd|<= b_ds * max|K| * sum_j P_ij <= b_ds * max|K|                = b_dq
+// With b = m * 2^e (m in [0.5, 1)):
+//   s = 29 - e(b_dq): the whole dQ sum, hence every partial, scaled by 2^s stays below
+//     2^29: a 4x margin under int32's 2^31 for rounding of P, of the 16-bit operands and of
+//     each partial's conversion to integer.
+//   t = 14 - e(b_ds): dS scaled by 2^t stays below 2^14, so the 16-bit dS operand of the
+//     dQ and dK products can never overflow fp16 (max 65504 ~ 2^16). dS, not P * 2^s, is
+//     what gets rounded to 16 bits; 2^s is applied to the fp32 partial afterwards.
+// Exponents are clamped to [-100, 100] so that every 2^k used stays a normal float.
+#pragma once
+
+#include <cmath>
+
+#include "core/float_bits.h"
+#include "core/host_device.h"
+#include "fold_attention/fold_attention.h"
+
+namespace fold {
+
+struct GridScale {
+  int s;      // dQ partials are rounded to integers in units of 2^-s
+  int t;      // dS is carried scaled by 2^t
+  int valid;  // 0 when a bound is NaN/inf: gradients of that (request, KV head) are NaN
+};
+
+FOLD_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;  // the host build uses -ffp-contract=off
+#endif
+}
+FOLD_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+FOLD_HD float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// e such that |x| < 2^e for finite x (x = m * 2^e, m in [0.5, 1)); tiny values give -126.
+FOLD_HD int bound_exponent(float x) {
+  const int biased = static_cast<int>((float_to_bits(x) >> 23) & 0xffu);
+  return biased == 0 ? -126 : biased - 126;
+}
+
+FOLD_HD int clamp_exponent(int e) { return e < -100 ? -100 : (e > 100 ? 100 : e); }
+
+FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
+  const float b_dp =
+      mul_rn(mul_rn(sqrt_rn(bounds[FOLD_BOUND_MAX_DO_SQ]), sqrt_rn(static_cast<float>(head_dim))),
+             bounds[FOLD_BOUND_MAX_ABS_V]);
+  const float b_ds = add_rn(b_dp, bounds[FOLD_BOUND_MAX_ABS_DELTA]);
+  const float b_dq = mul_rn(b_ds, bounds[FOLD_BOUND_MAX_ABS_K]);
+  const uint32_t inf = 0x7f800000u;
+  const bool finite =
+      (float_to_bits(b_ds) & 0x7fffffffu) < inf && (float_to_bits(b_dq) & 0x7fffffffu) < inf;
+  GridScale g;
+  g.valid = finite ? 1 : 0;
+  g.s = finite ? clamp_exponent(29 - bound_exponent(b_dq)) : 0;
+  g.t = finite ? clamp_exponent(14 - bound_exponent(b_ds)) : 0;
+  return g;
+}
+
+// x * 2^k for k in [-200, 200] as two exact power-of-two multiplies.
+FOLD_HD float scale_pow2(float x, int k) {
+  const int k1 = k / 2;
+  return mul_rn(mul_rn(x, exp2i(k1)), exp2i(k - k1));
+}
+
+}  // namespace fold

@@ -1,0 +1,23 @@
+// Host-side checks of a problem description and of each tensor view, with messages that
+// name the offending argument. They throw fold::Error (see status.h).
+#pragma once
+
+#include "fold_attention/fold_attention.h"
+
+namespace fold {
+
+// Shapes and options. With host_cu_seqlens, the offsets themselves are checked too
+// (start at 0, non-decreasing, end at total_tokens, no request longer than seqlen when
+// seqlen > 0).
+void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens);
+
+// A [tokens, heads, head_dim] view: non-null data when there is any token, positive
+// strides that keep heads and tokens from overlapping.
+void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                  int heads);
+
+void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t &p);
+
+int dtype_size(int dtype);
+
+}  // namespace fold

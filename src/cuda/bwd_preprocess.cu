@@ -1,0 +1,180 @@
+// Backward preprocess on the GPU: Delta_i = dO_i . O_i per (token, head) and the
+// per-(request, KV head) bounds of the integer grid (ALGORITHMS.md section 5).
+//
+// Bit-exactness with the CPU reference (cpu/bwd_preprocess.cpp):
+//   - Delta and ||dO||^2 follow row_reduce.h: lane c of a W-lane segment owns chunk c
+//     (one 16-byte load), accumulates it with __fmaf_rn in element order from +0.0f, then
+//     a __shfl_xor butterfly with __fadd_rn combines lanes. No other arithmetic touches them.
+//   - Bounds are maxima of canonicalised |x| bits (float_bits.h): order-free, so the block
+//     reduction and the global atomicMax may run in any order.
+// Memory-bound: it reads dO and O once (and K, V once, by the blocks of the group's first
+// head) and writes Delta once; no shared-memory staging is needed.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/float_bits.h"
+#include "core/problem.h"
+#include "core/row_reduce.h"
+#include "core/status.h"
+#include "cuda/launch.h"
+
+namespace fold::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct Bf16Tag {};
+struct F16Tag {};
+
+// Eight consecutive 16-bit elements as floats (exact conversions).
+__device__ __forceinline__ void load8(const void *ptr, float (&x)[8], Bf16Tag) {
+  const uint4 raw = *static_cast<const uint4 *>(ptr);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(w[i] << 16);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void load8(const void *ptr, float (&x)[8], F16Tag) {
+  const uint4 raw = *static_cast<const uint4 *>(ptr);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
+    const float2 f = __half22float2(h);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch) {
+  value = __reduce_max_sync(0xffffffffu, value);
+  if ((threadIdx.x & 31) == 0) atomicMax(scratch, value);
+  return value;
+}
+
+// grid: (row tiles, n_heads, batch). Each block walks the rows of one (request, head).
+template <class Tag>
+__global__ void __launch_bounds__(kThreads)
+    bwd_preprocess_kernel(const fold_attn_problem_t p, const fold_tensor_t k, const fold_tensor_t v,
+                          const fold_tensor_t out, const fold_tensor_t dout,
+                          float *__restrict__ delta, uint32_t *__restrict__ bounds) {
+  __shared__ uint32_t block_bounds[FOLD_BWD_BOUNDS];
+  if (threadIdx.x < FOLD_BWD_BOUNDS) block_bounds[threadIdx.x] = 0;
+  __syncthreads();
+
+  const int b = blockIdx.z;
+  const int h = blockIdx.y;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int hk = h / group;
+  const bool owns_kv = (h % group) == 0;  // K and V are read by one head of the group
+  const Request r = request_of(p, b);
+  const int D = p.head_dim;
+  const int W = reduce_lanes(D);
+  const int lane = threadIdx.x & 31;
+  const int chunk = lane % W;
+  const bool has_chunk = chunk * kChunk < D;
+  const int rows_per_pass = kWarps * (32 / W);
+  const int row_in_pass = (threadIdx.x >> 5) * (32 / W) + lane / W;
+  const int elem_size = 2;
+
+  uint32_t max_k = 0, max_v = 0, max_do_sq = 0, max_delta = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_pass; base < r.len;
+       base += static_cast<int64_t>(gridDim.x) * rows_per_pass) {
+    const int64_t i = base + row_in_pass;
+    const bool row_ok = i < r.len;
+    float dsum = 0.0f, qsum = 0.0f;
+    if (row_ok && has_chunk) {
+      float a[8], o[8];
+      const char *do_ptr = static_cast<const char *>(dout.data) +
+                           (element_offset(p, dout, b, r, i, h) + chunk * kChunk) * elem_size;
+      const char *o_ptr = static_cast<const char *>(out.data) +
+                          (element_offset(p, out, b, r, i, h) + chunk * kChunk) * elem_size;
+      load8(do_ptr, a, Tag{});
+      load8(o_ptr, o, Tag{});
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        dsum = __fmaf_rn(a[e], o[e], dsum);
+        qsum = __fmaf_rn(a[e], a[e], qsum);
+      }
+      if (owns_kv) {
+        float kx[8], vx[8];
+        load8(static_cast<const char *>(k.data) +
+                  (element_offset(p, k, b, r, i, hk) + chunk * kChunk) * elem_size,
+              kx, Tag{});
+        load8(static_cast<const char *>(v.data) +
+                  (element_offset(p, v, b, r, i, hk) + chunk * kChunk) * elem_size,
+              vx, Tag{});
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          max_k = max(max_k, abs_bits_canonical(kx[e]));
+          max_v = max(max_v, abs_bits_canonical(vx[e]));
+        }
+      }
+    }
+    // Butterfly over the W lanes of each row; every lane of the warp takes part.
+    for (int off = W / 2; off >= 1; off /= 2) {
+      dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
+      qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
+    }
+    if (row_ok && chunk == 0) {
+      const float dl = canonical_nan(dsum);
+      delta[static_cast<int64_t>(h) * p.total_tokens + r.first + i] = dl;
+      max_delta = max(max_delta, abs_bits_canonical(dl));
+      max_do_sq = max(max_do_sq, abs_bits_canonical(qsum));
+    }
+  }
+
+  block_max(max_k, &block_bounds[FOLD_BOUND_MAX_ABS_K]);
+  block_max(max_v, &block_bounds[FOLD_BOUND_MAX_ABS_V]);
+  block_max(max_do_sq, &block_bounds[FOLD_BOUND_MAX_DO_SQ]);
+  block_max(max_delta, &block_bounds[FOLD_BOUND_MAX_ABS_DELTA]);
+  __syncthreads();
+  if (threadIdx.x < FOLD_BWD_BOUNDS) {
+    const uint32_t value = block_bounds[threadIdx.x];
+    if (value != 0)
+      atomicMax(
+          &bounds[(static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS + threadIdx.x],
+          value);
+  }
+}
+
+void check(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
+                           fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
+                           void *stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const size_t bounds_bytes =
+      static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
+  // Zeroed bits are the identity of the max over non-negative bit patterns.
+  check(cudaMemsetAsync(bounds, 0, bounds_bytes, stream), "cudaMemsetAsync(bounds)");
+  if (p.total_tokens == 0) return;
+  const int rows_per_pass = kWarps * (32 / reduce_lanes(p.head_dim));
+  const int longest = p.seqlen > 0 ? p.seqlen : 1;
+  const int tiles = std::min((longest + rows_per_pass - 1) / rows_per_pass, 8192);
+  if (p.batch > 65535 || p.n_heads > 65535)
+    fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
+  const dim3 grid(tiles, p.n_heads, p.batch);
+  auto *bound_bits = reinterpret_cast<uint32_t *>(bounds);
+  if (p.dtype == FOLD_DTYPE_BF16)
+    bwd_preprocess_kernel<Bf16Tag>
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits);
+  else
+    bwd_preprocess_kernel<F16Tag>
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits);
+  check(cudaGetLastError(), "bwd_preprocess_kernel launch");
+}
+
+}  // namespace fold::cuda

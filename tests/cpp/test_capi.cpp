@@ -1,0 +1,165 @@
+// The C ABI: every bad argument gives a status and a message naming it; nothing crashes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fold_attention/fold_attention.h"
+#include "test_util.h"
+
+namespace fold::test {
+namespace {
+
+struct Fixture {
+  Case c{{10, 6}, 4, 2, 16, FOLD_DTYPE_BF16, 1};
+  std::vector<int32_t> cu = offsets(c.lengths);
+  fold_attn_problem_t p = packed_problem(c, cu);
+  HostTensor q{c.dtype, 16, 4, 16}, k{c.dtype, 16, 2, 16}, v{c.dtype, 16, 2, 16},
+      o{c.dtype, 16, 4, 16};
+  std::vector<float> lse = std::vector<float>(64);
+  fold_status_t fwd() {
+    return fold_fwd_cpu(&p, q.view(), k.view(), v.view(), o.view(), lse.data());
+  }
+};
+
+void expect_error(fold_status_t status, const std::string &needle) {
+  EXPECT_EQ(status, FOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fold_last_error()).find(needle), std::string::npos) << fold_last_error();
+}
+
+TEST(CApi, AcceptsAValidCall) {
+  Fixture f;
+  std::mt19937_64 rng(1);
+  f.q.fill_normal(rng);
+  f.k.fill_normal(rng);
+  f.v.fill_normal(rng);
+  EXPECT_EQ(f.fwd(), FOLD_OK) << fold_last_error();
+  EXPECT_STREQ(fold_last_error(), "");
+}
+
+TEST(CApi, RejectsEveryBadArgumentWithItsName) {
+  {
+    Fixture f;
+    f.p.n_heads = 5;
+    expect_error(f.fwd(), "n_heads=5 is not a multiple of n_kv_heads=2");
+  }
+  {
+    Fixture f;
+    f.p.head_dim = 300;
+    expect_error(f.fwd(), "head_dim=300");
+  }
+  {
+    Fixture f;
+    f.p.head_dim = 0;
+    expect_error(f.fwd(), "head_dim=0");
+  }
+  {
+    Fixture f;
+    f.p.dtype = 9;
+    expect_error(f.fwd(), "dtype=9");
+  }
+  {
+    Fixture f;
+    f.p.softmax_scale = -1.0f;
+    expect_error(f.fwd(), "softmax_scale");
+  }
+  {
+    Fixture f;
+    f.p.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+    expect_error(f.fwd(), "softmax_scale");
+  }
+  {
+    Fixture f;
+    f.p.causal = 2;
+    expect_error(f.fwd(), "causal=2");
+  }
+  {
+    Fixture f;
+    f.p.batch = 0;
+    expect_error(f.fwd(), "batch=0");
+  }
+  {
+    Fixture f;
+    f.cu[0] = 1;
+    expect_error(f.fwd(), "cu_seqlens[0]=1");
+  }
+  {
+    Fixture f;
+    f.cu = {0, 12, 10};
+    f.p.cu_seqlens = f.cu.data();
+    f.p.total_tokens = 10;
+    f.p.seqlen = 0;
+    expect_error(f.fwd(), "non-decreasing");
+  }
+  {
+    Fixture f;
+    f.p.total_tokens = 15;
+    expect_error(f.fwd(), "cu_seqlens[-1]=16");
+  }
+  {
+    Fixture f;
+    f.p.seqlen = 8;
+    expect_error(f.fwd(), "more than seqlen");
+  }
+  {
+    Fixture f;
+    fold_tensor_t bad = f.q.view();
+    bad.data = nullptr;
+    expect_error(fold_fwd_cpu(&f.p, bad, f.k.view(), f.v.view(), f.o.view(), f.lse.data()),
+                 "q is NULL");
+  }
+  {
+    Fixture f;
+    fold_tensor_t bad = f.k.view();
+    bad.token_stride = 8;
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), bad, f.v.view(), f.o.view(), f.lse.data()),
+                 "k: token_stride");
+  }
+  {
+    Fixture f;
+    fold_tensor_t bad = f.v.view();
+    bad.head_stride = 4;
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), bad, f.o.view(), f.lse.data()),
+                 "v: head_stride");
+  }
+  {
+    Fixture f;
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), nullptr),
+                 "lse is NULL");
+  }
+  {
+    Fixture f;
+    f.p.cu_seqlens = nullptr;
+    f.p.seqlen = 8;
+    f.p.batch = 2;
+    expect_error(f.fwd(), "batch_stride");  // dense view with batch_stride 0
+  }
+  expect_error(fold_check_problem(nullptr, 1), "problem is NULL");
+}
+
+TEST(CApi, CudaEntryPointsFailCleanlyWithoutADevice) {
+  Fixture f;
+  std::vector<float> delta(64), bounds(2 * 2 * 4);
+  const fold_status_t s = fold_bwd_preprocess_cuda(
+      &f.p, f.k.view(), f.v.view(), f.o.view(), f.o.view(), delta.data(), bounds.data(), nullptr);
+  if (!fold_built_with_cuda()) {
+    EXPECT_EQ(s, FOLD_ERR_NO_CUDA);
+    EXPECT_NE(std::string(fold_last_error()).find("built without CUDA"), std::string::npos);
+  } else {
+    // Host pointers and (here) no GPU: a CUDA error or an unsupported-layout report, never a crash.
+    EXPECT_NE(s, FOLD_OK);
+    EXPECT_STRNE(fold_last_error(), "");
+  }
+}
+
+TEST(CApi, EmptyBatchIsAValidNoOp) {
+  Case c{{0, 0}, 2, 1, 8, FOLD_DTYPE_BF16, 1};
+  const auto cu = offsets(c.lengths);
+  const fold_attn_problem_t p = packed_problem(c, cu);
+  fold_tensor_t none{nullptr, 0, 16, 8};
+  EXPECT_EQ(fold_fwd_cpu(&p, none, none, none, none, nullptr), FOLD_OK) << fold_last_error();
+}
+
+TEST(CApi, Version) { EXPECT_STREQ(fold_version(), "0.1.0"); }
+
+}  // namespace
+}  // namespace fold::test

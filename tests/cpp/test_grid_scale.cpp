@@ -1,0 +1,58 @@
+// The grid scale: exponents from the bounds, clamping, and invalid bounds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/grid_scale.h"
+
+namespace fold {
+namespace {
+
+TEST(GridScale, KeepsTheDqBoundUnder2To29AndDsUnder2To14) {
+  for (float scale : {1e-20f, 1e-3f, 0.37f, 1.0f, 3.0f, 1e3f, 1e9f}) {
+    const float bounds[4] = {2.5f * scale, 4.0f, 9.0f * scale, 7.0f};
+    const GridScale g = grid_scale(bounds, 128);
+    ASSERT_TRUE(g.valid);
+    const double b_ds = std::sqrt(9.0 * scale) * std::sqrt(128.0) * 4.0 + 7.0;
+    const double b_dq = b_ds * 2.5 * scale;
+    EXPECT_LT(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 29) * 1.0001);
+    EXPECT_GE(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 27));  // not wastefully small
+    EXPECT_LT(b_ds * std::ldexp(1.0, g.t), std::ldexp(1.0, 14) * 1.0001);
+    EXPECT_GE(b_ds * std::ldexp(1.0, g.t), std::ldexp(1.0, 12));
+  }
+}
+
+TEST(GridScale, ZeroBoundsAreValidAndClamped) {
+  const float bounds[4] = {0, 0, 0, 0};
+  const GridScale g = grid_scale(bounds, 64);
+  EXPECT_TRUE(g.valid);
+  EXPECT_EQ(g.s, 100);
+  EXPECT_EQ(g.t, 100);
+}
+
+TEST(GridScale, NonFiniteBoundsAreInvalid) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int which = 0; which < 4; ++which)
+    for (float bad : {nan, inf}) {
+      float bounds[4] = {1, 1, 1, 1};
+      bounds[which] = bad;
+      EXPECT_FALSE(grid_scale(bounds, 64).valid) << which;
+    }
+  const float huge[4] = {3e38f, 3e38f, 3e38f, 3e38f};
+  EXPECT_FALSE(grid_scale(huge, 64).valid);
+}
+
+TEST(GridScale, ScalePow2IsExact) {
+  for (int k = -200; k <= 200; k += 7) {
+    const float x = 1.2345f;
+    const float y = scale_pow2(x, k);
+    if (k >= -126 && k <= 127) {
+      EXPECT_EQ(static_cast<double>(y), std::ldexp(1.2345f, k)) << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fold
