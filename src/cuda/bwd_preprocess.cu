@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/float_bits.h"
@@ -27,13 +28,13 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kPasses = 4;  // row passes per block iteration, loads hoisted ahead
 
 struct Bf16Tag {};
 struct F16Tag {};
 
 // Eight consecutive 16-bit elements as floats (exact conversions).
-__device__ __forceinline__ void load8(const void *ptr, float (&x)[8], Bf16Tag) {
-  const uint4 raw = *static_cast<const uint4 *>(ptr);
+__device__ __forceinline__ void unpack8(const uint4 raw, float (&x)[8], Bf16Tag) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -42,8 +43,7 @@ __device__ __forceinline__ void load8(const void *ptr, float (&x)[8], Bf16Tag) {
   }
 }
 
-__device__ __forceinline__ void load8(const void *ptr, float (&x)[8], F16Tag) {
-  const uint4 raw = *static_cast<const uint4 *>(ptr);
+__device__ __forceinline__ void unpack8(const uint4 raw, float (&x)[8], F16Tag) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -85,50 +85,57 @@ __global__ void __launch_bounds__(kThreads)
   const int row_in_pass = (threadIdx.x >> 5) * (32 / W) + lane / W;
   const int elem_size = 2;
 
+  // Every load of kPasses passes is issued before any is used: enough bytes in flight per
+  // thread to keep HBM busy (one 16-byte load per tensor per pass would not).
+  const auto chunk_ptr = [&](const fold_tensor_t &t, int64_t i, int head) {
+    return reinterpret_cast<const uint4 *>(static_cast<const char *>(t.data) +
+                                           (element_offset(p, t, b, r, i, head) + chunk * kChunk) *
+                                               elem_size);
+  };
   uint32_t max_k = 0, max_v = 0, max_do_sq = 0, max_delta = 0;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_pass; base < r.len;
-       base += static_cast<int64_t>(gridDim.x) * rows_per_pass) {
-    const int64_t i = base + row_in_pass;
-    const bool row_ok = i < r.len;
-    float dsum = 0.0f, qsum = 0.0f;
-    if (row_ok && has_chunk) {
-      float a[8], o[8];
-      const char *do_ptr = static_cast<const char *>(dout.data) +
-                           (element_offset(p, dout, b, r, i, h) + chunk * kChunk) * elem_size;
-      const char *o_ptr = static_cast<const char *>(out.data) +
-                          (element_offset(p, out, b, r, i, h) + chunk * kChunk) * elem_size;
-      load8(do_ptr, a, Tag{});
-      load8(o_ptr, o, Tag{});
+  const int64_t rows_per_block = static_cast<int64_t>(rows_per_pass) * kPasses;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
+       base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    uint4 raw_do[kPasses], raw_o[kPasses], raw_k[kPasses], raw_v[kPasses];
+#pragma unroll
+    for (int s = 0; s < kPasses; ++s) {
+      const int64_t i = base + s * rows_per_pass + row_in_pass;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      const bool ok = i < r.len && has_chunk;
+      raw_do[s] = ok ? *chunk_ptr(dout, i, h) : zero;
+      raw_o[s] = ok ? *chunk_ptr(out, i, h) : zero;
+      raw_k[s] = ok && owns_kv ? *chunk_ptr(k, i, hk) : zero;
+      raw_v[s] = ok && owns_kv ? *chunk_ptr(v, i, hk) : zero;
+    }
+#pragma unroll
+    for (int s = 0; s < kPasses; ++s) {
+      const int64_t i = base + s * rows_per_pass + row_in_pass;
+      float a[8], o[8], kx[8], vx[8];
+      unpack8(raw_do[s], a, Tag{});
+      unpack8(raw_o[s], o, Tag{});
+      unpack8(raw_k[s], kx, Tag{});
+      unpack8(raw_v[s], vx, Tag{});
+      float dsum = 0.0f, qsum = 0.0f;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
         dsum = __fmaf_rn(a[e], o[e], dsum);
         qsum = __fmaf_rn(a[e], a[e], qsum);
+        // Slots with no data hold zeros, which never raise a max of |x|.
+        max_k = max(max_k, abs_bits_canonical(kx[e]));
+        max_v = max(max_v, abs_bits_canonical(vx[e]));
       }
-      if (owns_kv) {
-        float kx[8], vx[8];
-        load8(static_cast<const char *>(k.data) +
-                  (element_offset(p, k, b, r, i, hk) + chunk * kChunk) * elem_size,
-              kx, Tag{});
-        load8(static_cast<const char *>(v.data) +
-                  (element_offset(p, v, b, r, i, hk) + chunk * kChunk) * elem_size,
-              vx, Tag{});
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) {
-          max_k = max(max_k, abs_bits_canonical(kx[e]));
-          max_v = max(max_v, abs_bits_canonical(vx[e]));
-        }
+      // Butterfly over the W lanes of each row; every lane of the warp takes part. Lanes
+      // without a chunk hold +0.0f, as the canonical order says.
+      for (int off = W / 2; off >= 1; off /= 2) {
+        dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
+        qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
-    }
-    // Butterfly over the W lanes of each row; every lane of the warp takes part.
-    for (int off = W / 2; off >= 1; off /= 2) {
-      dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
-      qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
-    }
-    if (row_ok && chunk == 0) {
-      const float dl = canonical_nan(dsum);
-      delta[static_cast<int64_t>(h) * p.total_tokens + r.first + i] = dl;
-      max_delta = max(max_delta, abs_bits_canonical(dl));
-      max_do_sq = max(max_do_sq, abs_bits_canonical(qsum));
+      if (i < r.len && chunk == 0) {
+        const float dl = canonical_nan(dsum);
+        delta[static_cast<int64_t>(h) * p.total_tokens + r.first + i] = dl;
+        max_delta = max(max_delta, abs_bits_canonical(dl));
+        max_do_sq = max(max_do_sq, abs_bits_canonical(qsum));
+      }
     }
   }
 
@@ -161,9 +168,9 @@ void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_t
   // Zeroed bits are the identity of the max over non-negative bit patterns.
   check(cudaMemsetAsync(bounds, 0, bounds_bytes, stream), "cudaMemsetAsync(bounds)");
   if (p.total_tokens == 0) return;
-  const int rows_per_pass = kWarps * (32 / reduce_lanes(p.head_dim));
+  const int rows_per_block = kWarps * (32 / reduce_lanes(p.head_dim)) * kPasses;
   const int longest = p.seqlen > 0 ? p.seqlen : 1;
-  const int tiles = std::min((longest + rows_per_pass - 1) / rows_per_pass, 8192);
+  const int tiles = std::min((longest + rows_per_block - 1) / rows_per_block, 8192);
   if (p.batch > 65535 || p.n_heads > 65535)
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
   const dim3 grid(tiles, p.n_heads, p.batch);
