@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command (README): C++ tests (CPU reference and host core, under AddressSanitizer
+# and UBSan) through CTest, then the Python tests on the installed package. GPU tests are
+# marked and skip without a GPU; run scripts/gpu_round.sh on a GPU machine for those.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! python3 -c "import fold_attention" 2>/dev/null; then
+  echo "fold_attention is not installed: run 'python3 -m pip install \".[test]\"' first" >&2
+  exit 1
+fi
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOLD_ENABLE_CUDA=OFF \
+  -DFOLD_SANITIZE=ON -DFOLD_BUILD_TESTS=ON >/dev/null
+cmake --build build-test -j"$jobs"
+ctest --test-dir build-test --output-on-failure -j"$jobs"
+FOLD_ATTENTION_TEST_INSTALLED=1 python3 -m pytest -q tests/python tests/bench
