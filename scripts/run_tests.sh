@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): C++ tests (CPU reference and host core, under AddressSanitizer
-# and UBSan) through CTest, then the Python tests on the installed package. GPU tests are
+# and UBSan) through CTest, the C++ example against the installed CMake package, then the
+# Python tests on the installed package. GPU tests are
 # marked and skip without a GPU; run scripts/gpu_round.sh on a GPU machine for those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,12 @@ cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOLD_ENABL
   -DFOLD_SANITIZE=ON -DFOLD_BUILD_TESTS=ON >/dev/null
 cmake --build build-test -j"$jobs"
 ctest --test-dir build-test --output-on-failure -j"$jobs"
+# A C++ user's view: install the library (with the CUDA kernels where nvcc exists), then
+# build and run the example against the installed CMake package.
+cmake -S . -B build-install -G Ninja -DCMAKE_BUILD_TYPE=Release -DFOLD_BUILD_TESTS=OFF >/dev/null
+cmake --build build-install -j"$jobs"
+cmake --install build-install --prefix "$PWD/build-install/prefix" >/dev/null
+cmake -S examples/cpp -B build-example -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build-install/prefix" >/dev/null
+cmake --build build-example -j"$jobs"
+./build-example/train_step
 FOLD_ATTENTION_TEST_INSTALLED=1 python3 -m pytest -q tests/python tests/bench
