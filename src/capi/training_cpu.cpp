@@ -22,7 +22,7 @@ fold_status_t fold_fwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
                            fold_tensor_t v, fold_tensor_t out, float *lse) {
   return fold::guarded("fold_fwd_cpu", [&] {
     check_qkv(p, q, k, v);
-    fold::check_tensor("out", out, *p, p->n_heads);
+    fold::check_tensor("out", out, *p, p->n_heads, true);
     fold::check_pointer("lse", lse, *p);
     fold::cpu::forward(*p, q, k, v, out, lse);
   });
@@ -51,9 +51,9 @@ fold_status_t fold_bwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
     fold::check_tensor("out", out, *p, p->n_heads);
     fold::check_tensor("dout", dout, *p, p->n_heads);
     fold::check_pointer("lse", lse, *p);
-    fold::check_tensor("dq", dq, *p, p->n_heads);
-    fold::check_tensor("dk", dk, *p, p->n_kv_heads);
-    fold::check_tensor("dv", dv, *p, p->n_kv_heads);
+    fold::check_tensor("dq", dq, *p, p->n_heads, true);
+    fold::check_tensor("dk", dk, *p, p->n_kv_heads, true);
+    fold::check_tensor("dv", dv, *p, p->n_kv_heads, true);
     fold::cpu::backward(*p, q, k, v, out, dout, lse, dq, dk, dv);
   });
 }

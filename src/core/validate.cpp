@@ -65,21 +65,24 @@ void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t 
   if (ptr == nullptr && p.total_tokens > 0) fail(std::string(name) + " is NULL");
 }
 
-void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
-                  int heads) {
+void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p, int heads,
+                  bool output) {
   const std::string n(name);
   check_pointer(name, t.data, p);
   if (p.total_tokens == 0) return;
+  if (t.head_stride < 0 || t.token_stride < 0 || t.batch_stride < 0)
+    fail(n + ": strides must be non-negative");
+  if (!output) return;
   if (t.head_stride < p.head_dim && heads > 1)
     fail(n + ": head_stride=" + std::to_string(t.head_stride) +
-         " is below head_dim=" + std::to_string(p.head_dim) + " (heads would overlap)");
+         " is below head_dim=" + std::to_string(p.head_dim) + " (output heads would overlap)");
   if (t.token_stride < static_cast<int64_t>(heads - 1) * t.head_stride + p.head_dim)
     fail(n + ": token_stride=" + std::to_string(t.token_stride) +
-         " is too small for heads * head_dim (tokens would overlap)");
+         " is below (heads - 1) * head_stride + head_dim (output rows would overlap)");
   if (p.cu_seqlens == nullptr && p.batch > 1 &&
       t.batch_stride < static_cast<int64_t>(p.seqlen) * t.token_stride)
     fail(n + ": batch_stride=" + std::to_string(t.batch_stride) +
-         " is too small for seqlen * token_stride (requests would overlap)");
+         " is below seqlen * token_stride (output requests would overlap)");
 }
 
 }  // namespace fold

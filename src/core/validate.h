@@ -11,10 +11,11 @@ namespace fold {
 // seqlen > 0).
 void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens);
 
-// A [tokens, heads, head_dim] view: non-null data when there is any token, positive
-// strides that keep heads and tokens from overlapping.
-void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
-                  int heads);
+// A [tokens, heads, head_dim] view: non-null data when there is any token. Inputs may use any
+// non-negative strides (head-major storage, broadcast K/V); outputs must be laid out
+// request > token > head > dim without overlap, since they are written.
+void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p, int heads,
+                  bool output = false);
 
 void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t &p);
 

@@ -109,17 +109,24 @@ TEST(CApi, RejectsEveryBadArgumentWithItsName) {
   }
   {
     Fixture f;
-    fold_tensor_t bad = f.k.view();
+    fold_tensor_t bad = f.o.view();
     bad.token_stride = 8;
-    expect_error(fold_fwd_cpu(&f.p, f.q.view(), bad, f.v.view(), f.o.view(), f.lse.data()),
-                 "k: token_stride");
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), bad, f.lse.data()),
+                 "out: token_stride");
   }
   {
     Fixture f;
-    fold_tensor_t bad = f.v.view();
+    fold_tensor_t bad = f.o.view();
     bad.head_stride = 4;
-    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), bad, f.o.view(), f.lse.data()),
-                 "v: head_stride");
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), bad, f.lse.data()),
+                 "out: head_stride");
+  }
+  {
+    Fixture f;
+    fold_tensor_t bad = f.k.view();
+    bad.token_stride = -16;
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), bad, f.v.view(), f.o.view(), f.lse.data()),
+                 "k: strides must be non-negative");
   }
   {
     Fixture f;
@@ -131,7 +138,7 @@ TEST(CApi, RejectsEveryBadArgumentWithItsName) {
     f.p.cu_seqlens = nullptr;
     f.p.seqlen = 8;
     f.p.batch = 2;
-    expect_error(f.fwd(), "batch_stride");  // dense view with batch_stride 0
+    expect_error(f.fwd(), "out: batch_stride");  // dense output with batch_stride 0
   }
   expect_error(fold_check_problem(nullptr, 1), "problem is NULL");
 }
@@ -157,6 +164,26 @@ TEST(CApi, EmptyBatchIsAValidNoOp) {
   const fold_attn_problem_t p = packed_problem(c, cu);
   fold_tensor_t none{nullptr, 0, 16, 8};
   EXPECT_EQ(fold_fwd_cpu(&p, none, none, none, none, nullptr), FOLD_OK) << fold_last_error();
+}
+
+TEST(CApi, InputsMayUseAnyNonNegativeStrides) {
+  // K/V broadcast over tokens (token_stride 0) gives the same result as materialised copies.
+  Fixture f;
+  std::mt19937_64 rng(2);
+  f.q.fill_normal(rng);
+  HostTensor one_k(f.c.dtype, 1, 2, 16), one_v(f.c.dtype, 1, 2, 16);
+  one_k.fill_normal(rng);
+  one_v.fill_normal(rng);
+  for (int64_t t = 0; t < 16; ++t)
+    for (int i = 0; i < 32; ++i)
+      f.k.set(t * 32 + i, one_k.get(i)), f.v.set(t * 32 + i, one_v.get(i));
+  ASSERT_EQ(f.fwd(), FOLD_OK) << fold_last_error();
+  HostTensor copy = f.o;
+  fold_tensor_t bk = one_k.view(), bv = one_v.view();
+  bk.token_stride = bv.token_stride = 0;
+  ASSERT_EQ(fold_fwd_cpu(&f.p, f.q.view(), bk, bv, f.o.view(), f.lse.data()), FOLD_OK)
+      << fold_last_error();
+  EXPECT_EQ(copy.bytes, f.o.bytes);
 }
 
 TEST(CApi, Version) { EXPECT_STREQ(fold_version(), "0.1.0"); }
