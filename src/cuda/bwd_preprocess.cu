@@ -28,7 +28,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kPasses = 4;  // row passes per block iteration, loads hoisted ahead
+constexpr int kPasses = 4;     // row passes per block iteration, loads hoisted ahead
+constexpr int kMinBlocks = 3;  // caps registers so 3 blocks (24 warps) fit per SM
 
 struct Bf16Tag {};
 struct F16Tag {};
@@ -60,9 +61,11 @@ __device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch)
   return value;
 }
 
-// grid: (row tiles, n_heads, batch). Each block walks the rows of one (request, head).
+// grid: (row tiles, n_heads + n_kv_heads, batch). Blocks with y < n_heads compute Delta and
+// ||dO||^2 for query head y; the others take max|K| and max|V| of KV head y - n_heads. Both
+// kinds read two tensors, so the work is balanced whatever the group size.
 template <class Tag>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     bwd_preprocess_kernel(const fold_attn_problem_t p, const fold_tensor_t k, const fold_tensor_t v,
                           const fold_tensor_t out, const fold_tensor_t dout,
                           float *__restrict__ delta, uint32_t *__restrict__ bounds) {
@@ -71,10 +74,11 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   const int b = blockIdx.z;
-  const int h = blockIdx.y;
-  const int group = p.n_heads / p.n_kv_heads;
-  const int hk = h / group;
-  const bool owns_kv = (h % group) == 0;  // K and V are read by one head of the group
+  const bool kv_block = static_cast<int>(blockIdx.y) >= p.n_heads;
+  const int head = kv_block ? blockIdx.y - p.n_heads : blockIdx.y;
+  const int hk = kv_block ? head : head / (p.n_heads / p.n_kv_heads);
+  const fold_tensor_t ta = kv_block ? k : dout;
+  const fold_tensor_t tb = kv_block ? v : out;
   const Request r = request_of(p, b);
   const int D = p.head_dim;
   const int W = reduce_lanes(D);
@@ -83,66 +87,68 @@ __global__ void __launch_bounds__(kThreads)
   const bool has_chunk = chunk * kChunk < D;
   const int rows_per_pass = kWarps * (32 / W);
   const int row_in_pass = (threadIdx.x >> 5) * (32 / W) + lane / W;
-  const int elem_size = 2;
+  constexpr int kElemSize = 2;
 
   // Every load of kPasses passes is issued before any is used: enough bytes in flight per
   // thread to keep HBM busy (one 16-byte load per tensor per pass would not).
-  const auto chunk_ptr = [&](const fold_tensor_t &t, int64_t i, int head) {
+  const auto chunk_ptr = [&](const fold_tensor_t &t, int64_t i) {
     return reinterpret_cast<const uint4 *>(static_cast<const char *>(t.data) +
                                            (element_offset(p, t, b, r, i, head) + chunk * kChunk) *
-                                               elem_size);
+                                               kElemSize);
   };
-  uint32_t max_k = 0, max_v = 0, max_do_sq = 0, max_delta = 0;
+  uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or ||dO||^2, |Delta| (query blocks)
   const int64_t rows_per_block = static_cast<int64_t>(rows_per_pass) * kPasses;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
        base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
-    uint4 raw_do[kPasses], raw_o[kPasses], raw_k[kPasses], raw_v[kPasses];
+    uint4 raw_a[kPasses], raw_b[kPasses];
 #pragma unroll
     for (int s = 0; s < kPasses; ++s) {
       const int64_t i = base + s * rows_per_pass + row_in_pass;
       const uint4 zero = make_uint4(0, 0, 0, 0);
       const bool ok = i < r.len && has_chunk;
-      raw_do[s] = ok ? *chunk_ptr(dout, i, h) : zero;
-      raw_o[s] = ok ? *chunk_ptr(out, i, h) : zero;
-      raw_k[s] = ok && owns_kv ? *chunk_ptr(k, i, hk) : zero;
-      raw_v[s] = ok && owns_kv ? *chunk_ptr(v, i, hk) : zero;
+      raw_a[s] = ok ? *chunk_ptr(ta, i) : zero;
+      raw_b[s] = ok ? *chunk_ptr(tb, i) : zero;
     }
 #pragma unroll
     for (int s = 0; s < kPasses; ++s) {
-      const int64_t i = base + s * rows_per_pass + row_in_pass;
-      float a[8], o[8], kx[8], vx[8];
-      unpack8(raw_do[s], a, Tag{});
-      unpack8(raw_o[s], o, Tag{});
-      unpack8(raw_k[s], kx, Tag{});
-      unpack8(raw_v[s], vx, Tag{});
+      float xa[8], xb[8];
+      unpack8(raw_a[s], xa, Tag{});
+      unpack8(raw_b[s], xb, Tag{});
+      if (kv_block) {
+        // Slots with no data hold zeros, which never raise a max of |x|.
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          max_a = max(max_a, abs_bits_canonical(xa[e]));
+          max_b = max(max_b, abs_bits_canonical(xb[e]));
+        }
+        continue;
+      }
       float dsum = 0.0f, qsum = 0.0f;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
-        dsum = __fmaf_rn(a[e], o[e], dsum);
-        qsum = __fmaf_rn(a[e], a[e], qsum);
-        // Slots with no data hold zeros, which never raise a max of |x|.
-        max_k = max(max_k, abs_bits_canonical(kx[e]));
-        max_v = max(max_v, abs_bits_canonical(vx[e]));
+        dsum = __fmaf_rn(xa[e], xb[e], dsum);
+        qsum = __fmaf_rn(xa[e], xa[e], qsum);
       }
-      // Butterfly over the W lanes of each row; every lane of the warp takes part. Lanes
-      // without a chunk hold +0.0f, as the canonical order says.
+      // Butterfly over the W lanes of each row (uniform per block, so every lane of the warp
+      // takes part). Lanes without a chunk hold +0.0f, as the canonical order says.
       for (int off = W / 2; off >= 1; off /= 2) {
         dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
         qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
+      const int64_t i = base + s * rows_per_pass + row_in_pass;
       if (i < r.len && chunk == 0) {
         const float dl = canonical_nan(dsum);
-        delta[static_cast<int64_t>(h) * p.total_tokens + r.first + i] = dl;
-        max_delta = max(max_delta, abs_bits_canonical(dl));
-        max_do_sq = max(max_do_sq, abs_bits_canonical(qsum));
+        delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
+        max_b = max(max_b, abs_bits_canonical(dl));
+        max_a = max(max_a, abs_bits_canonical(qsum));
       }
     }
   }
 
-  block_max(max_k, &block_bounds[FOLD_BOUND_MAX_ABS_K]);
-  block_max(max_v, &block_bounds[FOLD_BOUND_MAX_ABS_V]);
-  block_max(max_do_sq, &block_bounds[FOLD_BOUND_MAX_DO_SQ]);
-  block_max(max_delta, &block_bounds[FOLD_BOUND_MAX_ABS_DELTA]);
+  const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_SQ;
+  const int slot_b = kv_block ? FOLD_BOUND_MAX_ABS_V : FOLD_BOUND_MAX_ABS_DELTA;
+  block_max(max_a, &block_bounds[slot_a]);
+  block_max(max_b, &block_bounds[slot_b]);
   __syncthreads();
   if (threadIdx.x < FOLD_BWD_BOUNDS) {
     const uint32_t value = block_bounds[threadIdx.x];
@@ -171,9 +177,9 @@ void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_t
   const int rows_per_block = kWarps * (32 / reduce_lanes(p.head_dim)) * kPasses;
   const int longest = p.seqlen > 0 ? p.seqlen : 1;
   const int tiles = std::min((longest + rows_per_block - 1) / rows_per_block, 8192);
-  if (p.batch > 65535 || p.n_heads > 65535)
-    fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
-  const dim3 grid(tiles, p.n_heads, p.batch);
+  if (p.batch > 65535 || p.n_heads + p.n_kv_heads > 65535)
+    fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads + n_kv_heads must be <= 65535 on CUDA");
+  const dim3 grid(tiles, p.n_heads + p.n_kv_heads, p.batch);
   auto *bound_bits = reinterpret_cast<uint32_t *>(bounds);
   if (p.dtype == FOLD_DTYPE_BF16)
     bwd_preprocess_kernel<Bf16Tag>
