@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ostream>
 
 #include "core/grid_scale.h"
 #include "cpu/reference.h"
@@ -59,6 +60,9 @@ struct BwdParam {
   Case c;
   const char *name;
 };
+// Names the case in test listings (instead of a byte dump of the struct).
+void PrintTo(const BwdParam &param, std::ostream *os) { *os << param.name; }
+
 class BackwardVsNaive : public ::testing::TestWithParam<BwdParam> {};
 
 TEST_P(BackwardVsNaive, GradientsMatchFloat64) {

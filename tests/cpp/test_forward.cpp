@@ -1,6 +1,8 @@
 // The reference forward against a naive float64 attention.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "cpu/reference.h"
 #include "test_util.h"
 
@@ -11,6 +13,9 @@ struct FwdParam {
   Case c;
   const char *name;
 };
+
+// Names the case in test listings (instead of a byte dump of the struct).
+void PrintTo(const FwdParam &param, std::ostream *os) { *os << param.name; }
 
 class ForwardVsNaive : public ::testing::TestWithParam<FwdParam> {};
 
