@@ -118,6 +118,28 @@ FOLD_API fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fo
                                                 fold_tensor_t dout, float *delta, float *bounds,
                                                 void *stream);
 
+/* Training forward on the GPU: out and the natural-log LSE (float32 [n_heads, total_tokens]),
+ * as fold_fwd_cpu computes them (bits may differ from the CPU; they never depend on the
+ * batch around a request nor on its offset in a packed batch). bf16/fp16, head_dim 64, 96,
+ * 128 or 256 (others: FOLD_ERR_UNSUPPORTED). */
+FOLD_API fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
+                                     fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
+
+/* Bytes of device workspace fold_bwd_cuda needs for problem p: Delta [n_heads, total_tokens]
+ * float32, bounds [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32 and the int32 dQ grid
+ * [total_tokens, n_heads, head_dim]. 0 when p is NULL. */
+FOLD_API size_t fold_bwd_cuda_workspace_size(const fold_attn_problem_t *p);
+
+/* Deterministic backward on the GPU (preprocess, integer-grid dQ, fixed-order dK/dV): the
+ * gradients are bit-identical across repeats, batch composition and packing. `workspace`
+ * (device memory, 16-byte aligned, at least fold_bwd_cuda_workspace_size(p) bytes) is
+ * zeroed where needed on `stream`; no host synchronisation, no allocation (graph-capturable). */
+FOLD_API fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
+                                     fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout,
+                                     const float *lse, fold_tensor_t dq, fold_tensor_t dk,
+                                     fold_tensor_t dv, void *workspace, size_t workspace_bytes,
+                                     void *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

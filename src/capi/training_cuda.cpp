@@ -3,6 +3,8 @@
 // even when cu_seqlens is malformed (problem.h clamps it).
 #include <cstdint>
 #include <string>
+#include <initializer_list>
+#include <vector>
 
 #include "core/status.h"
 #include "core/validate.h"
@@ -32,6 +34,57 @@ void check_cuda_problem(const fold_attn_problem_t *p) {
     fold::fail("seqlen (max_seqlen) must be >= 1 for a packed batch on CUDA");
 }
 
+// Byte range [lo, hi) that a written view touches.
+struct Extent {
+  uintptr_t lo, hi;
+  const char *name;
+};
+
+Extent view_extent(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                   int heads) {
+  const int64_t last = (p.cu_seqlens == nullptr)
+                           ? static_cast<int64_t>(p.batch - 1) * t.batch_stride +
+                                 static_cast<int64_t>(p.seqlen - 1) * t.token_stride
+                           : (p.total_tokens - 1) * t.token_stride;
+  const int64_t elems = last + static_cast<int64_t>(heads - 1) * t.head_stride + p.head_dim;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+  return Extent{lo, lo + static_cast<uintptr_t>(elems) * 2u, name};
+}
+
+void check_disjoint(const std::vector<Extent> &written) {
+  for (size_t i = 0; i < written.size(); ++i)
+    for (size_t j = i + 1; j < written.size(); ++j)
+      if (written[i].lo < written[j].hi && written[j].lo < written[i].hi)
+        fold::fail(std::string(written[i].name) + " and " + written[j].name +
+                   " overlap (written outputs must be disjoint)");
+}
+
+// A build without CUDA says so before judging the arguments (as the launchers would).
+void require_cuda_build() {
+  if (!fold_built_with_cuda())
+    fold::fail(FOLD_ERR_NO_CUDA, "this library was built without CUDA (no nvcc at build time)");
+}
+
+void check_training_head_dim(const fold_attn_problem_t *p) {
+  if (!fold::cuda::training_head_dim_supported(p->head_dim))
+    fold::fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p->head_dim) +
+                                         ": the CUDA training kernels take 64, 96, 128 or 256");
+}
+
+struct NamedView {
+  const char *name;
+  const fold_tensor_t &t;
+  int heads;
+  bool output;
+};
+
+void check_views(const fold_attn_problem_t *p, std::initializer_list<NamedView> views) {
+  for (const auto &view : views) {
+    fold::check_tensor(view.name, view.t, *p, view.heads, view.output);
+    if (p->total_tokens > 0) check_cuda_view(view.name, view.t, *p);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -56,6 +109,64 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
     fold::check_pointer("delta", delta, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
     fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, stream);
+  });
+}
+
+fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
+                            fold_tensor_t v, fold_tensor_t out, float *lse, void *stream) {
+  return fold::guarded("fold_fwd_cuda", [&] {
+    require_cuda_build();
+    check_cuda_problem(p);
+    check_training_head_dim(p);
+    check_views(p, {{"q", q, p->n_heads, false},
+                    {"k", k, p->n_kv_heads, false},
+                    {"v", v, p->n_kv_heads, false},
+                    {"out", out, p->n_heads, true}});
+    fold::check_pointer("lse", lse, *p);
+    if (p->total_tokens == 0) return;
+    const uintptr_t lse_lo = reinterpret_cast<uintptr_t>(lse);
+    check_disjoint({view_extent("out", out, *p, p->n_heads),
+                    Extent{lse_lo, lse_lo + static_cast<uintptr_t>(p->n_heads) *
+                                                static_cast<uintptr_t>(p->total_tokens) * 4u,
+                           "lse"}});
+    fold::cuda::launch_forward(*p, q, k, v, out, lse, stream);
+  });
+}
+
+size_t fold_bwd_cuda_workspace_size(const fold_attn_problem_t *p) {
+  if (p == nullptr) return 0;
+  return fold::cuda::backward_workspace(*p, nullptr).total_bytes;
+}
+
+fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
+                            fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout,
+                            const float *lse, fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv,
+                            void *workspace, size_t workspace_bytes, void *stream) {
+  return fold::guarded("fold_bwd_cuda", [&] {
+    require_cuda_build();
+    check_cuda_problem(p);
+    check_training_head_dim(p);
+    check_views(p, {{"q", q, p->n_heads, false},
+                    {"k", k, p->n_kv_heads, false},
+                    {"v", v, p->n_kv_heads, false},
+                    {"out", out, p->n_heads, false},
+                    {"dout", dout, p->n_heads, false},
+                    {"dq", dq, p->n_heads, true},
+                    {"dk", dk, p->n_kv_heads, true},
+                    {"dv", dv, p->n_kv_heads, true}});
+    fold::check_pointer("lse", lse, *p);
+    if (p->total_tokens == 0) return;
+    const size_t need = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
+    if (workspace == nullptr) fold::fail("workspace is NULL");
+    if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+      fold::fail("workspace must be 16-byte aligned");
+    if (workspace_bytes < need)
+      fold::fail("workspace_bytes=" + std::to_string(workspace_bytes) +
+                 " is below fold_bwd_cuda_workspace_size()=" + std::to_string(need));
+    const uintptr_t ws_lo = reinterpret_cast<uintptr_t>(workspace);
+    check_disjoint({view_extent("dq", dq, *p, p->n_heads), view_extent("dk", dk, *p, p->n_kv_heads),
+                    view_extent("dv", dv, *p, p->n_kv_heads), Extent{ws_lo, ws_lo + need, "workspace"}});
+    fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, workspace, stream);
   });
 }
 

@@ -16,11 +16,11 @@ struct TilePlan {
   int block_n;  // keys per tile
 };
 
-FOLD_HD TilePlan forward_plan(int head_dim) {
+constexpr FOLD_HD TilePlan forward_plan(int head_dim) {
   return head_dim <= 128 ? TilePlan{128, 128} : TilePlan{128, 64};
 }
 
-FOLD_HD TilePlan backward_plan(int head_dim) {
+constexpr FOLD_HD TilePlan backward_plan(int head_dim) {
   if (head_dim <= 64) return TilePlan{128, 128};
   if (head_dim <= 128) return TilePlan{64, 128};
   return TilePlan{64, 64};

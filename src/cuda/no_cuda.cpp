@@ -15,4 +15,15 @@ void launch_bwd_preprocess(const fold_attn_problem_t &, fold_tensor_t, fold_tens
   no_cuda();
 }
 
+void launch_forward(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
+                    fold_tensor_t, float *, void *) {
+  no_cuda();
+}
+
+void launch_backward(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
+                     fold_tensor_t, fold_tensor_t, const float *, fold_tensor_t, fold_tensor_t,
+                     fold_tensor_t, void *, void *) {
+  no_cuda();
+}
+
 }  // namespace fold::cuda

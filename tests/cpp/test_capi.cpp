@@ -158,6 +158,32 @@ TEST(CApi, CudaEntryPointsFailCleanlyWithoutADevice) {
   }
 }
 
+TEST(CApi, CudaTrainingEntryPointsFailCleanlyWithoutADevice) {
+  Fixture f;  // head_dim 16: not a CUDA training head dimension
+  std::vector<float> lse(64);
+  const fold_status_t fwd =
+      fold_fwd_cuda(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), lse.data(), nullptr);
+  HostTensor dq{f.c.dtype, 16, 4, 16}, dk{f.c.dtype, 16, 2, 16}, dv{f.c.dtype, 16, 2, 16};
+  const size_t bytes = fold_bwd_cuda_workspace_size(&f.p);
+  EXPECT_GE(bytes, size_t{16 * 4 * 16 * 4});  // at least the int32 dQ grid
+  EXPECT_EQ(fold_bwd_cuda_workspace_size(nullptr), size_t{0});
+  std::vector<char> workspace(bytes + 16);
+  const fold_status_t bwd = fold_bwd_cuda(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(),
+                                          f.o.view(), lse.data(), dq.view(), dk.view(), dv.view(),
+                                          workspace.data(), bytes, nullptr);
+  for (const fold_status_t s : {fwd, bwd}) {
+    if (!fold_built_with_cuda()) {
+      EXPECT_EQ(s, FOLD_ERR_NO_CUDA);
+    } else {
+      EXPECT_EQ(s, FOLD_ERR_UNSUPPORTED);
+    }
+  }
+  if (fold_built_with_cuda()) {
+    EXPECT_NE(std::string(fold_last_error()).find("head_dim=16"), std::string::npos)
+        << fold_last_error();
+  }
+}
+
 TEST(CApi, EmptyBatchIsAValidNoOp) {
   Case c{{0, 0}, 2, 1, 8, FOLD_DTYPE_BF16, 1};
   const auto cu = offsets(c.lengths);
