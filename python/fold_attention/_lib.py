@@ -153,6 +153,37 @@ _SIGNATURES = {
             ctypes.c_void_p,  # cudaStream_t
         ],
     ),
+    "fold_fwd_cuda": (
+        ctypes.c_int,
+        [
+            _P_PROBLEM,
+            FoldTensor,  # q
+            FoldTensor,  # k
+            FoldTensor,  # v
+            FoldTensor,  # out
+            _P_FLOAT,  # lse
+            ctypes.c_void_p,  # cudaStream_t
+        ],
+    ),
+    "fold_bwd_cuda_workspace_size": (ctypes.c_size_t, [_P_PROBLEM]),
+    "fold_bwd_cuda": (
+        ctypes.c_int,
+        [
+            _P_PROBLEM,
+            FoldTensor,  # q
+            FoldTensor,  # k
+            FoldTensor,  # v
+            FoldTensor,  # out
+            FoldTensor,  # dout
+            _P_FLOAT,  # lse
+            FoldTensor,  # dq
+            FoldTensor,  # dk
+            FoldTensor,  # dv
+            ctypes.c_void_p,  # workspace
+            ctypes.c_size_t,  # workspace_bytes
+            ctypes.c_void_p,  # cudaStream_t
+        ],
+    ),
 }
 
 _lock = threading.Lock()

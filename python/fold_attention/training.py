@@ -1,7 +1,8 @@
 """Training attention: fold_attn_func (dense) and fold_attn_varlen_func (packed).
 
-The forward and the deterministic backward run in the library (CPU reference backend
-for CPU tensors). Outputs and workspaces are allocated through torch. The LSE output
+The forward and the deterministic backward run in the library: the CPU reference
+backend for CPU tensors, the CUDA kernels (bf16/fp16, head_dim 64/96/128/256) for CUDA
+tensors, on torch's current stream. Outputs and workspaces are allocated through torch. The LSE output
 is not differentiable: gradients flow through `out` only.
 """
 
@@ -16,19 +17,45 @@ from ._validate import AttnSpec, require_flag, validate_attention
 
 __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 
-_CUDA_TRAINING_MISSING = (
-    "the CUDA training kernels are not in this build yet; use CPU tensors"
-)
+# Head dimensions the CUDA training kernels are compiled for.
+CUDA_HEAD_DIMS = (64, 96, 128, 256)
 
 
 def _require_backend(spec: AttnSpec, fn: str) -> None:
     if spec.device.type == "cpu":
         return
     if spec.device.type == "cuda":
-        raise NotImplementedError(f"{fn}: {_CUDA_TRAINING_MISSING}")
+        if spec.dtype not in (torch.bfloat16, torch.float16):
+            raise NotImplementedError(
+                f"{fn}: the CUDA training kernels take bfloat16 or float16, got {spec.dtype} "
+                "(use CPU tensors for the float32 reference)"
+            )
+        if spec.head_dim not in CUDA_HEAD_DIMS:
+            raise NotImplementedError(
+                f"{fn}: the CUDA training kernels take head_dim in {CUDA_HEAD_DIMS}, got "
+                f"{spec.head_dim} (use CPU tensors for other head dimensions)"
+            )
+        return
     raise NotImplementedError(
         f"{fn}: no kernels for device type {spec.device.type!r}; use CPU tensors"
     )
+
+
+def _cuda_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
+    """abi_layout, plus what the CUDA kernels need: 16-byte aligned data and strides that
+    are multiples of 8 elements (16-byte loads); anything else is copied once."""
+    x = abi_layout(x, varlen)
+    if x.numel() == 0:
+        return x
+    strides = x.stride()[:-1]
+    if x.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in strides):
+        return x
+    x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _stream(device: torch.device):
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _forward(spec: AttnSpec, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,8 +64,23 @@ def _forward(spec: AttnSpec, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     lse = torch.empty((spec.n_heads, spec.total_tokens), dtype=torch.float32, device=spec.device)
     if spec.total_tokens == 0:
         return out, lse
+    lib = _lib.library()
+    if spec.device.type == "cuda":
+        problem = make_problem(spec, host=False)
+        with torch.cuda.device(spec.device):
+            status = lib.fold_fwd_cuda(
+                problem,
+                fold_tensor(q, spec.varlen),
+                fold_tensor(k, spec.varlen),
+                fold_tensor(v, spec.varlen),
+                fold_tensor(out, spec.varlen),
+                float_ptr(lse),
+                _stream(spec.device),
+            )
+        _lib.check(status, "fold_fwd_cuda")
+        return out, lse
     problem = make_problem(spec, host=True)
-    status = _lib.library().fold_fwd_cpu(
+    status = lib.fold_fwd_cpu(
         problem,
         fold_tensor(q, spec.varlen),
         fold_tensor(k, spec.varlen),
@@ -56,8 +98,25 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
     dv = torch.empty(v.shape, dtype=spec.dtype, device=spec.device)
     if spec.total_tokens == 0:
         return dq, dk, dv
+    lib = _lib.library()
+    if spec.device.type == "cuda":
+        problem = make_problem(spec, host=False)
+        size = int(lib.fold_bwd_cuda_workspace_size(problem))
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=spec.device)
+        with torch.cuda.device(spec.device):
+            status = lib.fold_bwd_cuda(
+                problem,
+                *(fold_tensor(x, spec.varlen) for x in (q, k, v, out, dout)),
+                float_ptr(lse),
+                *(fold_tensor(x, spec.varlen) for x in (dq, dk, dv)),
+                workspace.data_ptr(),
+                size,
+                _stream(spec.device),
+            )
+        _lib.check(status, "fold_bwd_cuda")
+        return dq, dk, dv
     problem = make_problem(spec, host=True)
-    status = _lib.library().fold_bwd_cpu(
+    status = lib.fold_bwd_cpu(
         problem,
         fold_tensor(q, spec.varlen),
         fold_tensor(k, spec.varlen),
@@ -92,7 +151,8 @@ class _FoldAttention(torch.autograd.Function):
         spec: AttnSpec = ctx.spec
         if dout is None:
             dout = torch.zeros_like(out)
-        dout = abi_layout(dout, spec.varlen)
+        layout = _cuda_layout if spec.device.type == "cuda" else abi_layout
+        dout = layout(dout, spec.varlen)
         dq, dk, dv = _backward(spec, q, k, v, out, dout, lse)
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         return (dq if need_q else None, dk if need_k else None, dv if need_v else None, None)
@@ -100,7 +160,8 @@ class _FoldAttention(torch.autograd.Function):
 
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     _require_backend(spec, fn)
-    q, k, v = (abi_layout(x, spec.varlen) for x in (q, k, v))
+    layout = _cuda_layout if spec.device.type == "cuda" else abi_layout
+    q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
     out, lse = _FoldAttention.apply(q, k, v, spec)
     if not return_lse:
         return out

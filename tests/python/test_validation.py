@@ -189,11 +189,15 @@ def test_other_device_is_not_implemented():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_training_is_not_built_yet():
+def test_cuda_training_rejects_unsupported_configurations():
+    # D = 16 is not one of the CUDA kernels' head dimensions; float32 has no CUDA kernel.
     q, k, v = (x.cuda().bfloat16() for x in dense())
-    with pytest.raises(NotImplementedError, match="CUDA training kernels are not in this build"):
+    with pytest.raises(NotImplementedError, match="head_dim"):
         fa.fold_attn_func(q, k, v)
     cu = CU.cuda()
     qp, kp, vp = (x.cuda().bfloat16() for x in packed())
-    with pytest.raises(NotImplementedError, match="CUDA training kernels are not in this build"):
+    with pytest.raises(NotImplementedError, match="head_dim"):
         fa.fold_attn_varlen_func(qp, kp, vp, cu)
+    q, k, v = (x.cuda() for x in dense(D=64))
+    with pytest.raises(NotImplementedError, match="float32"):
+        fa.fold_attn_func(q, k, v)
