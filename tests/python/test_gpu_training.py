@@ -1,0 +1,321 @@
+"""GPU: the CUDA training forward and deterministic backward (fold_fwd_cuda, fold_bwd_cuda).
+
+Accuracy bar, per output (out, dq, dk, dv): the relative Frobenius error against a float64
+reference is at most 1.05x that of torch's own SDPA in the same dtype on the same GPU
+(cuDNN/flash, with the KV heads repeated) + 1e-5. Determinism and invariance are checked
+bit for bit: repeats, a request alone vs inside dense batches of other random requests,
+alone vs packed at any offset, dense vs varlen.
+
+Skipped without a CUDA device or when the library was built without CUDA.
+"""
+
+import faulthandler
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fold_attention as fa
+
+
+def _gpu_ready():
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    try:
+        if not fa.built_with_cuda():
+            return False, "library built without CUDA"
+    except OSError as exc:  # library not found: let the CPU tests report that
+        return False, str(exc)
+    return True, ""
+
+
+_READY, _WHY = _gpu_ready()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
+
+DEV = "cuda"
+HALF = (torch.bfloat16, torch.float16)
+DIMS = (64, 96, 128, 256)
+HEADS = {"mha": (4, 4), "gqa": (8, 2), "mqa": (6, 1)}
+TEST_TIME_LIMIT_S = 120  # a hung kernel must not eat the GPU lease
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    # A watchdog thread that kills the process even while the main thread waits in CUDA.
+    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _randn(shape, dtype, seed, scale=1.0):
+    g = torch.Generator(device=DEV)
+    g.manual_seed(seed)
+    return (torch.randn(shape, generator=g, device=DEV, dtype=torch.float32) * scale).to(dtype)
+
+
+def _bits(x):
+    return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32)
+
+
+def _assert_bits(a, b, what):
+    assert a.shape == b.shape and a.dtype == b.dtype, what
+    if not torch.equal(_bits(a), _bits(b)):
+        n = (_bits(a) != _bits(b)).sum().item()
+        raise AssertionError(f"{what}: {n} of {a.numel()} elements differ in their bits")
+
+
+def _rel(x, ref):
+    ref = ref.double()
+    d = (x.double() - ref).norm().item()
+    n = ref.norm().item()
+    return d / n if n > 0 else d
+
+
+# ---- references ------------------------------------------------------------------------
+
+def _ref64(q, k, v, dout, causal, scale):
+    """float64 out, dq, dk, dv of one dense batch (B, S, H, D)."""
+    q, k, v = (x.detach().double().requires_grad_(True) for x in (q, k, v))
+    rep = q.shape[2] // k.shape[2]
+    kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, kr) * scale
+    if causal:
+        S = q.shape[1]
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    out = torch.einsum("bhij,bjhd->bihd", p, vr)
+    out.backward(dout.double())
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def _sdpa(q, k, v, dout, causal, scale):
+    """torch SDPA in the inputs' dtype (KV heads repeated): out, dq, dk, dv."""
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    rep = q.shape[2] // k.shape[2]
+    kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2), is_causal=causal, scale=scale
+    ).transpose(1, 2)
+    out.backward(dout)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def _fold(q, k, v, dout, causal, cu=None):
+    """fold out, lse, dq, dk, dv (dense or packed)."""
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    if cu is None:
+        out, lse = fa.fold_attn_func(q, k, v, causal=causal, return_lse=True)
+    else:
+        out, lse = fa.fold_attn_varlen_func(q, k, v, cu, causal=causal, return_lse=True)
+    out.backward(dout)
+    return out.detach(), lse, q.grad, k.grad, v.grad
+
+
+def _per_sequence(fn, q, k, v, dout, cu, causal, scale):
+    """Runs a dense reference on each packed sequence; packed out, dq, dk, dv."""
+    outs = [torch.zeros(x.shape, dtype=x.dtype if fn is _sdpa else torch.float64, device=DEV)
+            for x in (q, q, k, v)]
+    cu = cu.tolist()
+    for b in range(len(cu) - 1):
+        lo, hi = cu[b], cu[b + 1]
+        if hi == lo:
+            continue
+        res = fn(q[lo:hi][None], k[lo:hi][None], v[lo:hi][None], dout[lo:hi][None], causal, scale)
+        for o, r in zip(outs, res):
+            o[lo:hi] = r[0]
+    return outs
+
+
+def _check_bar(fold_res, sdpa_res, ref_res, what):
+    for name, x, s, r in zip(("out", "dq", "dk", "dv"), fold_res, sdpa_res, ref_res):
+        assert torch.isfinite(x).all(), f"{what} {name}: non-finite values"
+        e_fold, e_sdpa = _rel(x, r), _rel(s, r)
+        assert e_fold <= 1.05 * e_sdpa + 1e-5, (
+            f"{what} {name}: error {e_fold:.3e} > 1.05 x SDPA's {e_sdpa:.3e} + 1e-5"
+        )
+
+
+def _cu(lengths):
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device=DEV)
+
+
+# ---- accuracy ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("heads", list(HEADS), ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_accuracy_dense(dtype, D, causal, heads):
+    H, Hkv = HEADS[heads]
+    B, S = 2, 200
+    q = _randn((B, S, H, D), dtype, 1)
+    k = _randn((B, S, Hkv, D), dtype, 2)
+    v = _randn((B, S, Hkv, D), dtype, 3)
+    dout = _randn((B, S, H, D), dtype, 4)
+    scale = D**-0.5
+    out, lse, dq, dk, dv = _fold(q, k, v, dout, causal)
+    assert lse.shape == (B, H, S) and lse.dtype == torch.float32
+    ref = _ref64(q, k, v, dout, causal, scale)
+    _check_bar((out, dq, dk, dv), _sdpa(q, k, v, dout, causal, scale), ref, f"{dtype} D={D}")
+    # The natural-log LSE of every row.
+    rep = H // Hkv
+    s = torch.einsum("bihd,bjhd->bhij", q.double(), k.double().repeat_interleave(rep, 2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    assert torch.allclose(lse.double(), torch.logsumexp(s, -1), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_accuracy_varlen(dtype, D, causal):
+    H, Hkv = 8, 2
+    lengths = [1, 7, 0, 200, 1000]
+    T = sum(lengths)
+    cu = _cu(lengths)
+    q = _randn((T, H, D), dtype, 5)
+    k = _randn((T, Hkv, D), dtype, 6)
+    v = _randn((T, Hkv, D), dtype, 7)
+    dout = _randn((T, H, D), dtype, 8)
+    scale = D**-0.5
+    out, lse, dq, dk, dv = _fold(q, k, v, dout, causal, cu)
+    assert lse.shape == (H, T)
+    ref = _per_sequence(_ref64, q, k, v, dout, cu, causal, scale)
+    sdpa = _per_sequence(_sdpa, q, k, v, dout, cu, causal, scale)
+    _check_bar((out, dq, dk, dv), sdpa, ref, f"varlen {dtype} D={D}")
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_fp16_large_dout_stays_finite(D):
+    """fp16 with a large dO: dS is carried as dS * 2^t < 2^14, so nothing overflows."""
+    dtype, B, S, H, Hkv = torch.float16, 2, 300, 8, 2
+    q = _randn((B, S, H, D), dtype, 9, scale=2.0)
+    k = _randn((B, S, Hkv, D), dtype, 10, scale=2.0)
+    v = _randn((B, S, Hkv, D), dtype, 11)
+    dout = _randn((B, S, H, D), dtype, 12, scale=200.0)
+    scale = D**-0.5
+    res = _fold(q, k, v, dout, True)
+    ref = _ref64(q, k, v, dout, True, scale)
+    sdpa = _sdpa(q, k, v, dout, True, scale)
+    for name, x, s, r in zip(("out", "dq", "dk", "dv"), (res[0],) + res[2:], sdpa, ref):
+        assert torch.isfinite(x).all(), f"{name}: inf/NaN with a large dO"
+        bar = 1.05 * _rel(s, r) + 1e-5 if torch.isfinite(s).all() else 1e-2
+        assert _rel(x, r) <= bar, f"{name}: error {_rel(x, r):.3e} above {bar:.3e}"
+
+
+def test_empty_and_unsupported():
+    q = torch.zeros((0, 4, 64), dtype=torch.bfloat16, device=DEV)
+    k = torch.zeros((0, 2, 64), dtype=torch.bfloat16, device=DEV)
+    out = fa.fold_attn_varlen_func(q, k, k, _cu([0, 0]))
+    assert out.shape == q.shape
+    q, k = (torch.zeros((1, 8, 2, 80), dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    with pytest.raises(NotImplementedError, match="head_dim"):
+        fa.fold_attn_func(q, k, k)
+    q, k = (torch.zeros((1, 8, 2, 64), dtype=torch.float32, device=DEV) for _ in range(2))
+    with pytest.raises(NotImplementedError, match="float32"):
+        fa.fold_attn_func(q, k, k)
+
+
+# ---- determinism and invariance -------------------------------------------------------------
+
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_repeats_are_bit_identical(dtype, D):
+    B, S, H, Hkv = 2, 517, 8, 2
+    q = _randn((B, S, H, D), dtype, 13)
+    k = _randn((B, S, Hkv, D), dtype, 14)
+    v = _randn((B, S, Hkv, D), dtype, 15)
+    dout = _randn((B, S, H, D), dtype, 16)
+    first = _fold(q, k, v, dout, True)
+    for _ in range(10):
+        again = _fold(q, k, v, dout, True)
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), first, again):
+            _assert_bits(a, b, f"repeat {name}")
+
+
+def _dense_case(dtype, B, S, H, Hkv, D, seed):
+    return (_randn((B, S, H, D), dtype, seed), _randn((B, S, Hkv, D), dtype, seed + 1),
+            _randn((B, S, Hkv, D), dtype, seed + 2), _randn((B, S, H, D), dtype, seed + 3))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_request_alone_equals_request_in_dense_batch(dtype, D, causal):
+    S, H, Hkv = 333, 8, 2
+    one = _dense_case(dtype, 1, S, H, Hkv, D, 20)
+    alone = _fold(*one, causal)
+    for B, pos, seed in ((3, 1, 30), (8, 5, 40)):
+        batch = [x.clone() for x in _dense_case(dtype, B, S, H, Hkv, D, seed)]
+        for x, y in zip(batch, one):
+            x[pos] = y[0]
+        res = _fold(*batch, causal)
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), alone, res):
+            _assert_bits(a[0], b[pos], f"B={B} {name}")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_request_alone_equals_request_packed(dtype, D, causal):
+    L, H, Hkv = 300, 8, 2
+    q, k, v, dout = (x[0] for x in _dense_case(dtype, 1, L, H, Hkv, D, 50))
+    alone = _fold(q, k, v, dout, causal, _cu([L]))
+    for lengths, pos, seed in (([13, L, 250], 1, 60), ([L, 1, 129], 0, 70), ([5, 0, 77, L], 3, 80)):
+        T = sum(lengths)
+        packed = [_randn((T,) + x.shape[1:], dtype, seed + i) for i, x in enumerate((q, k, v, dout))]
+        lo = sum(lengths[:pos])
+        for x, y in zip(packed, (q, k, v, dout)):
+            x[lo:lo + L] = y
+        res = _fold(*packed, causal, _cu(lengths))
+        for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:], res[:1] + res[2:]):
+            _assert_bits(a, b[lo:lo + L], f"packed at {lo} {name}")
+        _assert_bits(alone[1], res[1][:, lo:lo + L], f"packed at {lo} lse")
+
+
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_dense_equals_varlen(dtype, D):
+    B, S, H, Hkv = 3, 190, 6, 1
+    case = _dense_case(dtype, B, S, H, Hkv, D, 90)
+    dense = _fold(*case, True)
+    flat = [x.reshape((B * S,) + x.shape[2:]) for x in case]
+    packed = _fold(*flat, True, _cu([S] * B))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), dense[:1] + dense[2:], packed[:1] + packed[2:]):
+        _assert_bits(a.reshape(b.shape), b, f"dense vs varlen {name}")
+    _assert_bits(dense[1].permute(1, 0, 2).reshape(H, B * S), packed[1], "dense vs varlen lse")
+
+
+def test_runs_on_current_stream_and_graph_capture():
+    """The ops run on torch's current stream; the backward replays in a CUDA graph."""
+    dtype, B, S, H, Hkv, D = torch.bfloat16, 2, 150, 4, 2, 64
+    q, k, v, dout = _dense_case(dtype, B, S, H, Hkv, D, 100)
+    expect = _fold(q, k, v, dout, True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = _fold(q, k, v, dout, True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), expect, got):
+        _assert_bits(a, b, f"side stream {name}")
+
+    qg, kg, vg = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    static_dout = dout.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture
+        fa.fold_attn_func(qg, kg, vg, causal=True).backward(static_dout)
+    torch.cuda.current_stream().wait_stream(s)
+    qg.grad = kg.grad = vg.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fa.fold_attn_func(qg, kg, vg, causal=True)
+        out.backward(static_dout)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(("dq", "dk", "dv"), expect[2:], (qg.grad, kg.grad, vg.grad)):
+        _assert_bits(a, b, f"graph {name}")
