@@ -1,0 +1,28 @@
+// The fixed numbers of the decode plan. None depends on the batch, the other requests or
+// the thread/CTA count, which is what makes a request's output bit-identical alone and in
+// any batch.
+#pragma once
+
+#include <cstdint>
+
+namespace fold::decode {
+
+// Keys per split (a fixed number of keys, not a fixed number of splits). Each split writes
+// N (fp32 G x D) and T (fp32 G); the combine adds splits in increasing order.
+constexpr int32_t kSplitKeys = 512;
+
+// Guard window on a row's total T = sum_splits T: [2^kGuardLoLog2, 2^kGuardHiLog2], N
+// finite. Below: Z overshot the LSE by more than 3 binades (the cut would be too deep);
+// above: Z undershot by more than 14 (weights could leave fp16's range on the GPU, and the
+// screen would keep far too many keys). A row outside is recomputed with Z = its exact LSE
+// over the coarse logits of all keys, and the group's verdicts are recomputed with it.
+constexpr int kGuardLoLog2 = -3;
+constexpr int kGuardHiLog2 = 14;
+
+// Default refine bands, in binades below Z: plane B of K is read for keys whose coarse
+// logit is within kRefineBand of Z (OR over the group), plane B of V (v8) within
+// kVRefineBand. Depth (live keys) is the user's.
+constexpr float kDefaultRefineBand = 8.0f;
+constexpr float kDefaultVRefineBand = 10.0f;
+
+}  // namespace fold::decode

@@ -1,0 +1,84 @@
+// The declared reference Z of a decode row: an estimate of its base-2 LSE from a fixed
+// sample of keys, scored with fine (two-plane) logits. Any Z keeps the weights 2^(s - Z)
+// exact-in-meaning; the estimate only has to be close enough that the row's total
+// T = sum 2^(s - Z) lands inside the guard window (else the row is recomputed with its
+// exact LSE, see decode_plan.h).
+//
+// Sample of a request of L keys (slot order is part of the spec, it fixes the sum's order):
+//   slot 0            key 0 (attention sinks live there)
+//   next              the newest min(63, L - 1) keys, ascending (the appended key included)
+//   middle keys [1, L - 63): m = L - 64 of them when L > 64
+//     m <= 128:       every middle key, ascending, counted once (Z is then the exact LSE)
+//     m  > 128:       128 stratum samples, key 1 + floor((2i + 1) m / 256), i = 0..127.
+// Weights: exact slots 1. Stratum samples stand for m / 128 keys each, except the
+// kZTopUnweighted largest (by value, then lower slot), which count once: a sample that hits a
+// heavy key must not be multiplied by the stride or Z overshoots. The other 124 carry
+// (m - 4) / 124 each (their strata also cover the top samples' neighbours).
+// Sum: with M = the largest sample logit, slot values w * 2^(s - M) padded with zeros to 256
+// slots, summed by the halving tree (x[i] += x[i + h] for h = 128, 64, ..., 1), which a warp
+// of shuffles reproduces exactly. Z = M + log2(sum) (sum >= 1: the max slot weighs 1).
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "decode/fp_rules.h"
+
+namespace fold::decode {
+
+constexpr int kZNewest = 63;
+constexpr int kZStrata = 128;
+constexpr int kZTopUnweighted = 4;
+constexpr int kZSlots = 256;
+
+struct ZSample {
+  int n = 0;                 // slots used
+  int first_stratum = 0;     // slots [first_stratum, n) are stratum samples (none if == n)
+  float stratum_weight = 1;  // weight of a non-top stratum sample
+  int32_t key[kZSlots];      // key index of each slot
+};
+
+FOLD_HD void plan_reference_sample(int32_t L, ZSample &z) {
+  z.n = 0;
+  z.stratum_weight = 1.0f;
+  if (L <= 0) {
+    z.first_stratum = 0;
+    return;
+  }
+  z.key[z.n++] = 0;
+  const int32_t newest_lo = L - kZNewest > 1 ? L - kZNewest : 1;
+  for (int32_t j = newest_lo; j < L; ++j) z.key[z.n++] = j;
+  const int32_t m = newest_lo - 1;  // middle keys [1, newest_lo)
+  if (m <= kZStrata) {
+    for (int32_t j = 1; j < newest_lo; ++j) z.key[z.n++] = j;
+    z.first_stratum = z.n;
+    return;
+  }
+  z.first_stratum = z.n;
+  for (int i = 0; i < kZStrata; ++i)
+    z.key[z.n++] = 1 + static_cast<int32_t>((static_cast<int64_t>(2 * i + 1) * m) / (2 * kZStrata));
+  z.stratum_weight = div_rn(static_cast<float>(m - kZTopUnweighted),
+                            static_cast<float>(kZStrata - kZTopUnweighted));
+}
+
+// Z from the fine logits s[slot] of the plan's keys (n >= 1).
+FOLD_HD float reference_z(const ZSample &z, const float *s) {
+  float m = s[0];
+  for (int i = 1; i < z.n; ++i) m = s[i] > m ? s[i] : m;
+  float x[kZSlots];
+  for (int i = 0; i < kZSlots; ++i) x[i] = i < z.n ? exp2_fp(sub_rn(s[i], m)) : 0.0f;
+  if (z.first_stratum < z.n) {
+    // Top kZTopUnweighted samples keep weight 1; rank by value, ties to the lower slot.
+    for (int i = z.first_stratum; i < z.n; ++i) {
+      int above = 0;
+      for (int j = z.first_stratum; j < z.n; ++j)
+        above += (x[j] > x[i] || (x[j] == x[i] && j < i)) ? 1 : 0;
+      if (above >= kZTopUnweighted) x[i] = mul_rn(x[i], z.stratum_weight);
+    }
+  }
+  for (int h = kZSlots / 2; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) x[i] = add_rn(x[i], x[i + h]);
+  return add_rn(m, log2_fp(x[0]));
+}
+
+}  // namespace fold::decode
