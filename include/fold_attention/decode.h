@@ -1,0 +1,99 @@
+/*
+ * FoldAttention decode C ABI: a paged, quantised KV cache and one decode step over it.
+ * Conventions as in fold_attention.h (status codes, fold_last_error(), strides in
+ * elements, the caller owns every buffer). notes/decode.md is the specification.
+ *
+ * The cache of one layer lives in caller-owned arrays described by fold_kvcache_t:
+ *   k_a, k_b   int8   [num_pages, n_kv_heads, page_size, head_dim]  Hadamard-rotated K planes
+ *   k_scale    uint16 [num_pages, n_kv_heads, page_size]            bf16 bits, one per key
+ *   v          dtype  [num_pages, n_kv_heads, page_size, head_dim]  (v8 == 0)
+ *   v_a, v_b   uint8  [num_pages, n_kv_heads, page_size, head_dim]  E4M3 planes (v8 == 1)
+ *   v_exp      int32  [batch, n_kv_heads]                           v8: V scale 2^v_exp
+ *   v_sum      float  [batch, n_kv_heads, head_dim]                 running sum of V
+ *   page_table int32  [batch, pages_per_request]                    pool page of each page
+ *   lengths    int32  [batch]                                       tokens; -1: free slot
+ * Token t of request b is row t % page_size of page page_table[b][t / page_size]. The
+ * caller assigns pages (a free list) before a write reaches them; entries beyond a
+ * request's length are never read.
+ */
+#ifndef FOLD_ATTENTION_DECODE_H_
+#define FOLD_ATTENTION_DECODE_H_
+
+#include "fold_attention/fold_attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Keys per decode split (fixed: a request's bits never depend on its batch). */
+#define FOLD_DECODE_SPLIT_KEYS 512
+/* v8: marker of a request/head whose V exponent is not chosen yet. */
+#define FOLD_DECODE_V_EXP_UNSET (-1000)
+
+typedef struct fold_kvcache {
+  int32_t batch;             /* request slots, >= 1                                 */
+  int32_t n_kv_heads;        /* >= 1                                                */
+  int32_t head_dim;          /* 64, 128 or 256                                      */
+  int32_t page_size;         /* a positive multiple of 64                           */
+  int32_t max_len;           /* tokens per request, >= 1                            */
+  int32_t pages_per_request; /* columns of page_table: ceil(max_len / page_size)    */
+  int32_t num_pages;         /* pages in the pool                                   */
+  int32_t dtype;             /* FOLD_DTYPE_BF16 or FOLD_DTYPE_F16: q, k, v, out, V  */
+  int32_t v8;                /* 0: V stored in dtype; 1: two E4M3 planes             */
+  int32_t v_exp_fixed;       /* v8: 1 if v_exp is user-given (never re-scaled)       */
+  int8_t *k_a;
+  int8_t *k_b;
+  uint16_t *k_scale;
+  void *v;
+  uint8_t *v_a;
+  uint8_t *v_b;
+  int32_t *v_exp;
+  float *v_sum;
+  int32_t *page_table;
+  int32_t *lengths;
+} fold_kvcache_t;
+
+typedef struct fold_decode_params {
+  int32_t n_heads;     /* query heads: a multiple of n_kv_heads, group size <= 64    */
+  float softmax_scale; /* finite, > 0                                               */
+  int32_t dense;       /* 1: every key live and refined (depth ignored)             */
+  float depth;         /* binades below Z a key may fall and stay live, > 0         */
+  float refine_band;   /* plane B of K read within this many binades of Z, >= 0     */
+  float v_refine_band; /* v8: plane B of V read within this many binades of Z, >= 0 */
+} fold_decode_params_t;
+
+/* What one decode step read. Keys count (request, KV head, key) triples. */
+typedef struct fold_decode_stats {
+  int64_t keys;
+  int64_t live_keys;     /* V gathered                                   */
+  int64_t refine_keys;   /* plane B of K gathered                        */
+  int64_t v_refine_keys; /* v8: plane B of V gathered                    */
+  int64_t rows;          /* query rows attended                          */
+  int64_t fixup_rows;    /* rows whose reference left the guard window   */
+  double bytes_read;     /* cache bytes a kernel would read (screen included) */
+} fold_decode_stats_t;
+
+/* Appends n_tokens tokens to request `request` (lengths[request] >= 0) from k, v:
+ * [n_tokens, n_kv_heads, head_dim] of cache->dtype (token_stride, head_stride used):
+ * quantises, updates v_sum (and v_exp, re-scaling the request's planes if a value would
+ * exceed E4M3), and advances lengths[request]. Nothing is written if any check fails. */
+FOLD_API fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request,
+                                               int32_t n_tokens, fold_tensor_t k,
+                                               fold_tensor_t v);
+
+/* One decode step. If k_step.data != NULL, first appends k_step/v_step ([batch, n_kv_heads,
+ * head_dim], batch_stride and head_stride used) to every active request (lengths >= 0).
+ * Then attends q ([batch, n_heads, head_dim]) over each active request and writes out
+ * (same layout; free slots get zeros) and, if lse != NULL, the natural-log LSE float32
+ * [batch, n_heads] (-inf for free or empty slots). stats may be NULL. */
+FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
+                                       const fold_decode_params_t *params, fold_tensor_t q,
+                                       fold_tensor_t k_step, fold_tensor_t v_step,
+                                       fold_tensor_t out, float *lse,
+                                       fold_decode_stats_t *stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FOLD_ATTENTION_DECODE_H_ */

@@ -1,0 +1,130 @@
+// C entry points of the decode CPU reference: validate the descriptors, then run it. Every
+// check that can fail runs before the cache is modified.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "decode/decode_cpu.h"
+#include "decode/decode_plan.h"
+#include "fold_attention/decode.h"
+
+namespace fold::cpu {
+
+void check_cache(const fold_kvcache_t *c) {
+  if (c == nullptr) fail("cache is NULL");
+  if (c->batch < 1) fail("cache->batch must be >= 1");
+  if (c->n_kv_heads < 1) fail("cache->n_kv_heads must be >= 1");
+  if (c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)
+    fail("cache->head_dim must be 64, 128 or 256, got " + std::to_string(c->head_dim));
+  if (c->page_size < 64 || c->page_size % 64 != 0)
+    fail("cache->page_size must be a positive multiple of 64, got " + std::to_string(c->page_size));
+  if (c->max_len < 1) fail("cache->max_len must be >= 1");
+  const int64_t ppr = (static_cast<int64_t>(c->max_len) + c->page_size - 1) / c->page_size;
+  if (c->pages_per_request != ppr)
+    fail("cache->pages_per_request must be ceil(max_len / page_size) = " + std::to_string(ppr));
+  if (c->num_pages < 1) fail("cache->num_pages must be >= 1");
+  if (c->dtype != FOLD_DTYPE_BF16 && c->dtype != FOLD_DTYPE_F16)
+    fail("cache->dtype must be FOLD_DTYPE_BF16 or FOLD_DTYPE_F16");
+  if (c->v8 != 0 && c->v8 != 1) fail("cache->v8 must be 0 or 1");
+  if (!c->k_a || !c->k_b || !c->k_scale) fail("cache K planes (k_a, k_b, k_scale) must be non-NULL");
+  if (c->v8 ? (!c->v_a || !c->v_b || !c->v_exp) : !c->v)
+    fail(c->v8 ? "cache->v_a, v_b and v_exp must be non-NULL when v8" : "cache->v is NULL");
+  if (!c->v_sum || !c->page_table || !c->lengths) fail("cache->v_sum, page_table and lengths must be non-NULL");
+  for (int b = 0; b < c->batch; ++b)
+    if (c->lengths[b] < -1 || c->lengths[b] > c->max_len)
+      fail("cache->lengths[" + std::to_string(b) + "] = " + std::to_string(c->lengths[b]) +
+           " is outside [-1, max_len]");
+}
+
+void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
+  if (p == nullptr) fail("params is NULL");
+  if (p->n_heads < 1 || p->n_heads % c.n_kv_heads != 0)
+    fail("params->n_heads must be a positive multiple of n_kv_heads");
+  if (p->n_heads / c.n_kv_heads > 64) fail("the GQA group size n_heads / n_kv_heads must be <= 64");
+  if (!(std::isfinite(p->softmax_scale) && p->softmax_scale > 0))
+    fail("params->softmax_scale must be finite and > 0");
+  if (p->dense != 0 && p->dense != 1) fail("params->dense must be 0 or 1");
+  if (!p->dense && !(std::isfinite(p->depth) && p->depth > 0))
+    fail("params->depth must be finite and > 0");
+  if (!(std::isfinite(p->refine_band) && p->refine_band >= 0)) fail("params->refine_band must be finite and >= 0");
+  if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
+    fail("params->v_refine_band must be finite and >= 0");
+}
+
+}  // namespace fold::cpu
+
+namespace {
+
+void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bool use_token) {
+  const std::string n(name);
+  if (t.data == nullptr) fold::fail(n + " is NULL");
+  const int64_t inner = use_token ? t.token_stride : t.batch_stride;
+  if (heads > 1 && t.head_stride < dim) fold::fail(n + ": head_stride must be >= head_dim");
+  const int64_t span = static_cast<int64_t>(heads - 1) * t.head_stride + dim;
+  if (inner < span) fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
+                         " is too small for its heads (rows would overlap)");
+}
+
+void check_pages_readable(const fold_kvcache_t &c) {
+  for (int b = 0; b < c.batch; ++b) {
+    const int64_t pages = (static_cast<int64_t>(c.lengths[b]) + c.page_size - 1) / c.page_size;
+    for (int64_t i = 0; i < pages; ++i) {
+      const int32_t page = c.page_table[b * static_cast<int64_t>(c.pages_per_request) + i];
+      if (page < 0 || page >= c.num_pages)
+        fold::fail("page_table[" + std::to_string(b) + "][" + std::to_string(i) + "] = " +
+                   std::to_string(page) + " is not a page of the pool");
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request, int32_t n_tokens,
+                                      fold_tensor_t k, fold_tensor_t v) {
+  return fold::guarded("fold_kvcache_append_cpu", [&] {
+    fold::cpu::check_cache(cache);
+    if (n_tokens < 0) fold::fail("n_tokens must be >= 0");
+    if (n_tokens == 0) return;
+    check_rows("k", k, cache->n_kv_heads, cache->head_dim, true);
+    check_rows("v", v, cache->n_kv_heads, cache->head_dim, true);
+    fold::cpu::TokenRows rows{k.data, k.token_stride, k.head_stride, v.data, v.token_stride, v.head_stride};
+    const fold::cpu::AppendPlan plan = fold::cpu::plan_append(*cache, request, n_tokens, rows, "");
+    fold::cpu::commit_append(*cache, plan);
+  });
+}
+
+fold_status_t fold_decode_cpu(const fold_kvcache_t *cache, const fold_decode_params_t *params,
+                              fold_tensor_t q, fold_tensor_t k_step, fold_tensor_t v_step,
+                              fold_tensor_t out, float *lse, fold_decode_stats_t *stats) {
+  return fold::guarded("fold_decode_cpu", [&] {
+    fold::cpu::check_cache(cache);
+    fold::cpu::check_params(*cache, params);
+    const fold_kvcache_t &c = *cache;
+    check_rows("q", q, params->n_heads, c.head_dim, false);
+    check_rows("out", out, params->n_heads, c.head_dim, false);
+    std::vector<fold::cpu::AppendPlan> plans;
+    if (k_step.data != nullptr) {
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+      fold::cpu::TokenRows rows{k_step.data, 0, k_step.head_stride, v_step.data, 0, v_step.head_stride};
+      for (int b = 0; b < c.batch; ++b) {
+        if (c.lengths[b] < 0) continue;
+        fold::cpu::TokenRows r = rows;
+        r.k = static_cast<const char *>(k_step.data) + b * k_step.batch_stride * 2;
+        r.v = static_cast<const char *>(v_step.data) + b * v_step.batch_stride * 2;
+        plans.push_back(fold::cpu::plan_append(c, b, 1, r, "_step"));
+      }
+    } else if (v_step.data != nullptr) {
+      fold::fail("v_step is given without k_step");
+    }
+    fold::cpu::check_queries(c, *params, q);
+    check_pages_readable(c);  // the keys already there; plan_append checked the new ones
+    for (const auto &plan : plans) fold::cpu::commit_append(c, plan);
+    fold::cpu::decode_attend(c, *params, q, out, lse, stats);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,350 @@
+// One decode step of the CPU reference: per (request, KV head) group, the front (quantise
+// the group's query rows, score the reference sample, Z per row), the decode (plane-A
+// screen, live/refine verdicts OR-ed over the group, final weights, cut mass into the
+// denominator and mass x mean(V) into the numerator, per split of kSplitKeys keys), the
+// additive combine in split order, and the guard. notes/decode.md states the rules.
+//
+// Invariant: a group's result depends only on its request's cache and queries. Groups are
+// independent work items (parallel_for), so thread count and batch never change bits.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/half_types.h"
+#include "core/status.h"
+#include "cpu/parallel.h"
+#include "decode/decode_cpu.h"
+#include "decode/decode_plan.h"
+#include "decode/planes.h"
+#include "decode/reference_z.h"
+#include "decode/v8_planes.h"
+
+namespace fold::cpu {
+
+namespace {
+
+using namespace fold::decode;
+
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr float kLn2 = 0.693147180559945309417f;
+
+struct Counters {
+  int64_t keys = 0, live = 0, refine = 0, v_refine = 0, fixup_rows = 0;
+  double bytes = 0;
+};
+
+// One (request, KV head) group: everything the passes need.
+class Group {
+ public:
+  Group(const fold_kvcache_t &c, const fold_decode_params_t &p, const DecodeHooks &hooks, int b,
+        int hk)
+      : c_(c), p_(p), hooks_(hooks), b_(b), hk_(hk), D_(c.head_dim), G_(p.n_heads / c.n_kv_heads),
+        L_(c.lengths[b]), log2d_(log2_pow2(c.head_dim)) {}
+
+  void run(fold_tensor_t q, fold_tensor_t out, float *lse, Counters &cnt) {
+    if (L_ <= 0) {
+      write_empty(out, lse);
+      return;
+    }
+    front(q);
+    score();
+    std::vector<float> z(G_);
+    ZSample plan;
+    plan_reference_sample(L_, plan);
+    std::vector<float> s(plan.n);
+    for (int g = 0; g < G_; ++g) {
+      for (int i = 0; i < plan.n; ++i) s[i] = fine(g, plan.key[i]);
+      z[g] = add_rn(reference_z(plan, s.data()), hooks_.z_offset);
+    }
+    // The sample's keys are read with both planes by the front.
+    cnt.bytes += static_cast<double>(plan.n) * (2.0 * D_ + 2.0);
+    Counters first;
+    pass(z, first);
+    if (hooks_.guard) {
+      std::vector<int> bad;
+      for (int g = 0; g < G_; ++g)
+        if (!row_ok(g)) bad.push_back(g);
+      if (!bad.empty()) {
+        cnt.fixup_rows += static_cast<int64_t>(bad.size());
+        for (int g : bad) z[g] = exact_lse(g);
+        // The first pass was read too, and the fix-up screens plane A once more for its LSE.
+        cnt.bytes += first.bytes + static_cast<double>(L_) * (D_ + 2.0);
+        first = Counters{};
+        pass(z, first);
+      }
+    }
+    cnt.keys += first.keys;
+    cnt.live += first.live;
+    cnt.refine += first.refine;
+    cnt.v_refine += first.v_refine;
+    cnt.bytes += first.bytes;
+    finish(z, out, lse);
+  }
+
+ private:
+  int64_t key_base(int32_t j) const {
+    const int32_t page = c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
+    return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * c_.page_size + j % c_.page_size;
+  }
+  int head(int g) const { return hk_ * G_ + g; }
+
+  void write_empty(fold_tensor_t out, float *lse) {
+    for (int g = 0; g < G_; ++g) {
+      for (int d = 0; d < D_; ++d) store(out, g, d, 0.0f);
+      if (lse) lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] = -std::numeric_limits<float>::infinity();
+    }
+  }
+
+  void store(fold_tensor_t out, int g, int d, float x) {
+    const int64_t i = b_ * out.batch_stride + head(g) * out.head_stride + d;
+    if (c_.dtype == FOLD_DTYPE_BF16)
+      static_cast<bf16_t *>(out.data)[i] = bf16_from_float(x);
+    else
+      static_cast<f16_t *>(out.data)[i] = f16_from_float(x);
+  }
+
+  // Query rows: q * (softmax_scale * log2 e) in fp32, rotated, split into two planes.
+public:
+  void front(fold_tensor_t q) {
+    qa_.assign(static_cast<size_t>(G_) * D_, 0);
+    qb_.assign(static_cast<size_t>(G_) * D_, 0);
+    sq_.assign(G_, 0.0f);
+    const float cmul = mul_rn(p_.softmax_scale, kLog2e);
+    std::vector<float> y(D_);
+    for (int g = 0; g < G_; ++g) {
+      const int64_t base = b_ * q.batch_stride + head(g) * q.head_stride;
+      for (int d = 0; d < D_; ++d) {
+        const float x = c_.dtype == FOLD_DTYPE_BF16 ? to_float(static_cast<const bf16_t *>(q.data)[base + d])
+                                                   : to_float(static_cast<const f16_t *>(q.data)[base + d]);
+        y[d] = mul_rn(x, cmul);
+      }
+      hadamard_unnormalised(y.data(), D_);
+      for (int d = 0; d < D_; ++d)
+        if (!std::isfinite(y[d]))
+          fail("q row (request " + std::to_string(b_) + ", head " + std::to_string(head(g)) +
+               ") is not finite after scaling and rotation");
+      sq_[g] = bf16_bits_to_float(quantise_row(y.data(), D_, &qa_[g * D_], &qb_[g * D_]));
+    }
+  }
+
+private:
+  // Integer dots of every key against every row; coarse logits.
+  void score() {
+    const size_t n = static_cast<size_t>(G_) * L_;
+    iaa_.resize(n);
+    iba_.resize(n);
+    sa_.resize(n);
+    for (int32_t j = 0; j < L_; ++j) {
+      const int64_t r = key_base(j);
+      const int8_t *ka = c_.k_a + r * D_;
+      const float sk = bf16_bits_to_float(c_.k_scale[r]);
+      for (int g = 0; g < G_; ++g) {
+        const int8_t *a = &qa_[g * D_], *bq = &qb_[g * D_];
+        int32_t aa = 0, ba = 0;
+        for (int d = 0; d < D_; ++d) {
+          aa += int32_t{a[d]} * ka[d];
+          ba += int32_t{bq[d]} * ka[d];
+        }
+        const size_t i = static_cast<size_t>(g) * L_ + j;
+        iaa_[i] = aa;
+        iba_[i] = ba;
+        sa_[i] = coarse_logit(aa, ba, logit_multiplier(sq_[g], sk, 8 + log2d_));
+      }
+    }
+  }
+
+  float fine(int g, int32_t j) const {
+    const int64_t r = key_base(j);
+    const int8_t *kb = c_.k_b + r * D_;
+    const int8_t *a = &qa_[g * D_], *bq = &qb_[g * D_];
+    int32_t ab = 0, bb = 0;
+    for (int d = 0; d < D_; ++d) {
+      ab += int32_t{a[d]} * kb[d];
+      bb += int32_t{bq[d]} * kb[d];
+    }
+    const size_t i = static_cast<size_t>(g) * L_ + j;
+    const float sk = bf16_bits_to_float(c_.k_scale[r]);
+    return fine_logit(iaa_[i], iba_[i], ab, bb, logit_multiplier(sq_[g], sk, 16 + log2d_));
+  }
+
+  // Z = the row's LSE over the coarse logits of all keys (the guard's fix-up): max, then
+  // the sum of 2^(s_A - max) in key order.
+  float exact_lse(int g) const {
+    const float *s = &sa_[static_cast<size_t>(g) * L_];
+    float m = s[0];
+    for (int32_t j = 1; j < L_; ++j) m = std::max(m, s[j]);
+    float sum = 0.0f;
+    for (int32_t j = 0; j < L_; ++j) sum = add_rn(sum, exp2_fp(sub_rn(s[j], m)));
+    return add_rn(m, log2_fp(sum));
+  }
+
+  bool row_ok(int g) const {
+    const float t = t_[g];
+    if (!(t >= exp2i(kGuardLoLog2) && t <= exp2i(kGuardHiLog2))) return false;
+    for (int d = 0; d < D_; ++d)
+      if (!std::isfinite(n_[static_cast<size_t>(g) * D_ + d])) return false;
+    return true;
+  }
+
+  // Verdicts, splits and the additive combine for the given Z per row.
+  void pass(const std::vector<float> &z, Counters &cnt) {
+    const bool dense = p_.dense != 0;
+    std::vector<float> thr_live(G_), thr_ref(G_), thr_vref(G_);
+    for (int g = 0; g < G_; ++g) {
+      thr_live[g] = sub_rn(z[g], p_.depth);
+      thr_ref[g] = sub_rn(z[g], p_.refine_band);
+      thr_vref[g] = sub_rn(z[g], p_.v_refine_band);
+    }
+    std::vector<float> vmean(D_);
+    const float *vsum = c_.v_sum + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * D_;
+    for (int d = 0; d < D_; ++d) vmean[d] = div_rn(vsum[d], static_cast<float>(L_));
+    int32_t vexp = 0;
+    if (c_.v8) {
+      vexp = c_.v_exp[static_cast<int64_t>(b_) * c_.n_kv_heads + hk_];
+      if (vexp == kVExpUnset) vexp = 0;
+    }
+    const int32_t split = hooks_.split_keys > 0 ? hooks_.split_keys : FOLD_DECODE_SPLIT_KEYS;
+    n_.assign(static_cast<size_t>(G_) * D_, 0.0f);
+    t_.assign(G_, 0.0f);
+    std::vector<float> ns(static_cast<size_t>(G_) * D_), ts(G_), cut(G_), v(D_);
+    std::vector<uint8_t> *verdicts = nullptr;
+    if (hooks_.verdicts) {
+      verdicts = &(*hooks_.verdicts)[static_cast<size_t>(b_) * c_.n_kv_heads + hk_];
+      verdicts->assign(L_, 0);
+    }
+    const double v_bytes = c_.v8 ? D_ : 2.0 * D_;
+    for (int32_t s0 = 0; s0 < L_; s0 += split) {
+      const int32_t s1 = std::min(L_, s0 + split);
+      std::fill(ns.begin(), ns.end(), 0.0f);
+      std::fill(ts.begin(), ts.end(), 0.0f);
+      std::fill(cut.begin(), cut.end(), 0.0f);
+      for (int32_t j = s0; j < s1; ++j) {
+        bool live = dense, refine = dense, vref = dense && c_.v8;
+        for (int g = 0; g < G_ && !dense; ++g) {
+          const float sa = sa_[static_cast<size_t>(g) * L_ + j];
+          live = live || sa >= thr_live[g];
+          refine = refine || sa >= thr_ref[g];
+          vref = vref || (c_.v8 && sa >= thr_vref[g]);
+        }
+        refine = refine && live;
+        vref = vref && live;
+        cnt.keys += 1;
+        cnt.bytes += D_ + 2.0;
+        if (verdicts) (*verdicts)[j] = static_cast<uint8_t>((live ? 1 : 0) | (refine ? 2 : 0) | (vref ? 4 : 0));
+        if (!live) {
+          for (int g = 0; g < G_; ++g)
+            cut[g] = add_rn(cut[g], exp2_fp(sub_rn(sa_[static_cast<size_t>(g) * L_ + j], z[g])));
+          continue;
+        }
+        cnt.live += 1;
+        cnt.bytes += v_bytes;
+        if (refine) {
+          cnt.refine += 1;
+          cnt.bytes += D_;
+        }
+        if (vref) {
+          cnt.v_refine += 1;
+          cnt.bytes += D_;
+        }
+        const int64_t r = key_base(j) * D_;
+        for (int d = 0; d < D_; ++d) {
+          if (c_.v8)
+            v[d] = v8_value(c_.v_a[r + d], c_.v_b[r + d], vexp, vref);
+          else if (c_.dtype == FOLD_DTYPE_BF16)
+            v[d] = to_float(static_cast<const bf16_t *>(c_.v)[r + d]);
+          else
+            v[d] = to_float(static_cast<const f16_t *>(c_.v)[r + d]);
+        }
+        for (int g = 0; g < G_; ++g) {
+          const float ell = refine ? fine(g, j) : sa_[static_cast<size_t>(g) * L_ + j];
+          // The weight the value product consumes: rounded to bf16 (an MMA operand).
+          const float pw = round_to<bf16_t>(exp2_fp(sub_rn(ell, z[g])));
+          ts[g] = add_rn(ts[g], pw);
+          float *nrow = &ns[static_cast<size_t>(g) * D_];
+          for (int d = 0; d < D_; ++d) nrow[d] = add_rn(nrow[d], mul_rn(pw, v[d]));
+        }
+      }
+      // Cut keys: their mass joins the denominator and mass x mean(V) the numerator, so the
+      // split's partial is final; then the combine adds it (split order).
+      for (int g = 0; g < G_; ++g) {
+        ts[g] = add_rn(ts[g], cut[g]);
+        t_[g] = add_rn(t_[g], ts[g]);
+        for (int d = 0; d < D_; ++d) {
+          const size_t i = static_cast<size_t>(g) * D_ + d;
+          ns[i] = add_rn(ns[i], mul_rn(cut[g], vmean[d]));
+          n_[i] = add_rn(n_[i], ns[i]);
+        }
+      }
+    }
+  }
+
+  void finish(const std::vector<float> &z, fold_tensor_t out, float *lse) {
+    for (int g = 0; g < G_; ++g) {
+      const float t = t_[g];
+      // With the guard on, t is in [2^-3, 2^14] and N finite here. Without it (a test hook),
+      // a non-positive or non-finite total still writes zeros, never NaN.
+      const bool ok = t > 0.0f && std::isfinite(t);
+      for (int d = 0; d < D_; ++d) {
+        const float o = ok ? div_rn(n_[static_cast<size_t>(g) * D_ + d], t) : 0.0f;
+        store(out, g, d, std::isfinite(o) ? o : 0.0f);
+      }
+      if (lse)
+        lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] =
+            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t))) : -std::numeric_limits<float>::infinity();
+      if (hooks_.z) (*hooks_.z)[static_cast<size_t>(b_) * p_.n_heads + head(g)] = z[g];
+    }
+  }
+
+  const fold_kvcache_t &c_;
+  const fold_decode_params_t &p_;
+  const DecodeHooks &hooks_;
+  const int b_, hk_, D_, G_;
+  const int32_t L_;
+  const int log2d_;
+  std::vector<int8_t> qa_, qb_;
+  std::vector<float> sq_;
+  std::vector<int32_t> iaa_, iba_;
+  std::vector<float> sa_;
+  std::vector<float> n_, t_;
+};
+
+}  // namespace
+
+void check_queries(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q) {
+  const DecodeHooks defaults;
+  for (int b = 0; b < c.batch; ++b)
+    if (c.lengths[b] >= 0)
+      for (int hk = 0; hk < c.n_kv_heads; ++hk) Group(c, p, defaults, b, hk).front(q);
+}
+
+void decode_attend(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
+                   fold_tensor_t out, float *lse, fold_decode_stats_t *stats,
+                   const DecodeHooks *hooks) {
+  const DecodeHooks defaults;
+  const DecodeHooks &h = hooks ? *hooks : defaults;
+  const int64_t items = static_cast<int64_t>(c.batch) * c.n_kv_heads;
+  if (h.verdicts) h.verdicts->assign(static_cast<size_t>(items), {});
+  if (h.z) h.z->assign(static_cast<size_t>(c.batch) * p.n_heads, 0.0f);
+  std::vector<Counters> counters(static_cast<size_t>(items));
+  parallel_for(items, [&](int64_t i) {
+    Group grp(c, p, h, static_cast<int>(i / c.n_kv_heads), static_cast<int>(i % c.n_kv_heads));
+    grp.run(q, out, lse, counters[static_cast<size_t>(i)]);
+  });
+  if (!stats) return;
+  fold_decode_stats_t s{};
+  for (const Counters &k : counters) {
+    s.keys += k.keys;
+    s.live_keys += k.live;
+    s.refine_keys += k.refine;
+    s.v_refine_keys += k.v_refine;
+    s.fixup_rows += k.fixup_rows;
+    s.bytes_read += k.bytes;
+  }
+  for (int b = 0; b < c.batch; ++b)
+    if (c.lengths[b] > 0) s.rows += p.n_heads;
+  *stats = s;
+}
+
+}  // namespace fold::cpu
