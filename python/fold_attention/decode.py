@@ -1,39 +1,95 @@
 """Decode: FoldKVCache and fold_attn_with_kvcache.
 
-The decode kernels are not in this build yet. The constructor validates its arguments
-(so the interface is fixed and testable) and then raises NotImplementedError.
+A FoldKVCache owns one layer's paged cache: K Hadamard-rotated as two int8 planes with
+one scale per key, V as bf16/fp16 or (v8) two E4M3 planes under a per-request power-of-two
+scale. fold_attn_with_kvcache optionally appends one token per request, then attends over
+the cache with a declared per-row reference Z: keys whose coarse (plane-A) weight is more
+than `depth` binades below Z are cut, their mass kept in the denominator and mass x mean(V)
+in the numerator. The rules are specified in notes/decode.md. CPU tensors run the C++
+reference of that algorithm; the CUDA kernels are not in this build yet.
+
+Request slots: the cache has `batch` slots. A slot is free until prefill (slots
+0..batch-1) or add_request claims it, and free again after release(); a step appends to
+and attends over the active slots only (free slots give zero output and -inf LSE).
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 
 import torch
 
-from ._lib import FOLD_MAX_HEAD_DIM
-from ._validate import require_flag, require_int
+from . import _lib
+from ._bind import DTYPE_CODES
+from ._decode_lib import (
+    V_EXP_UNSET,
+    FoldDecodeParams,
+    FoldDecodeStats,
+    FoldKVCacheDesc,
+    library,
+)
+from ._lib import FoldTensor
+from ._validate import check_softmax_scale, require_flag, require_int, require_tensor
 
 __all__ = ["FoldKVCache", "fold_attn_with_kvcache"]
 
-_NOT_BUILT = "decode is not implemented in this build yet"
 _CACHE_DTYPES = (torch.bfloat16, torch.float16)
+_HEAD_DIMS = (64, 128, 256)
+_MAX_GROUP = 64
+_E4M3_MAX = 448.0
+DEFAULT_REFINE_BAND = 8.0
+V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
+_CUDA_MISSING = (
+    "the CUDA decode kernels are not in this build yet; use CPU tensors (device='cpu')"
+)
+
+
+def _require_cpu(device: torch.device, what: str, fn: str) -> None:
+    if device.type == "cpu":
+        return
+    if device.type == "cuda":
+        raise NotImplementedError(f"{fn}: {what} is on {device}: {_CUDA_MISSING}")
+    raise NotImplementedError(f"{fn}: {what} is on {device}: no decode kernels for it; use CPU tensors")
+
+
+def _band(x, name: str, fn: str, default: float) -> float:
+    if x is None:
+        return default
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a number or None, got {type(x).__name__}")
+    value = float(x)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{fn}: {name} must be finite and >= 0, got {x!r}")
+    return value
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
 
 
 class FoldKVCache:
     """One layer's paged KV cache for FoldAttention decode.
 
     Args:
-        batch: number of request slots, >= 1.
-        n_heads: query heads, >= 1.
-        n_kv_heads: key/value heads, >= 1, dividing n_heads.
-        head_dim: 1..256.
-        max_len: tokens per request slot, >= 1.
-        depth: binades below the reference that a key may fall and stay live; None for
-            dense decode. A positive finite number.
-        v8: store values in two E4M3 planes.
-        dtype: dtype of queries and outputs (torch.bfloat16 or torch.float16).
-        device: where the cache lives (a CUDA device).
+        batch: request slots, >= 1.
+        n_heads: query heads; a multiple of n_kv_heads, group size n_heads/n_kv_heads <= 64.
+        n_kv_heads: key/value heads, >= 1.
+        head_dim: 64, 128 or 256.
+        max_len: tokens per request, >= 1.
+        depth: binades below the reference a key's coarse weight may fall and stay live
+            (finite, > 0); None: dense (every key read with both planes).
+        v8: store V as two E4M3 planes with a power-of-two scale per (request, KV head).
+        page_size: tokens per page, a positive multiple of 64.
+        softmax_scale: defaults to 1/sqrt(head_dim).
+        refine_band: plane B of K is read for keys within this many binades of Z
+            (default 8); plane B of V (v8) within refine_band + 2.
+        v_scale: v8 only: a fixed power-of-two V scale (values beyond 448 * v_scale raise);
+            None: chosen per request from its own data, raised (re-quantising the request's
+            V planes) when a later value would not fit.
+        dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
+        device: 'cpu' (CUDA decode is not in this build yet).
     """
 
     def __init__(
@@ -45,43 +101,414 @@ class FoldKVCache:
         max_len,
         depth=16,
         v8=False,
+        page_size=128,
+        softmax_scale=None,
+        refine_band=None,
+        v_scale=None,
         dtype=torch.bfloat16,
-        device=None,
+        device="cpu",
     ):
         fn = "FoldKVCache"
-        self.batch = require_int(batch, "batch", fn, minimum=1)
+        self.batch = require_int(batch, "batch", fn, minimum=1, maximum=2**31 - 1)
         self.n_heads = require_int(n_heads, "n_heads", fn, minimum=1)
         self.n_kv_heads = require_int(n_kv_heads, "n_kv_heads", fn, minimum=1)
         if self.n_heads % self.n_kv_heads != 0:
             raise ValueError(
-                f"{fn}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads "
-                f"({self.n_kv_heads})"
+                f"{fn}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
             )
-        self.head_dim = require_int(
-            head_dim, "head_dim", fn, minimum=1, maximum=FOLD_MAX_HEAD_DIM
-        )
-        self.max_len = require_int(max_len, "max_len", fn, minimum=1)
+        if self.n_heads // self.n_kv_heads > _MAX_GROUP:
+            raise ValueError(
+                f"{fn}: the group size n_heads / n_kv_heads = {self.n_heads // self.n_kv_heads} "
+                f"exceeds {_MAX_GROUP}"
+            )
+        self.head_dim = require_int(head_dim, "head_dim", fn)
+        if self.head_dim not in _HEAD_DIMS:
+            raise ValueError(f"{fn}: head_dim must be 64, 128 or 256, got {self.head_dim}")
+        self.max_len = require_int(max_len, "max_len", fn, minimum=1, maximum=2**31 - 1)
         if depth is not None:
             if isinstance(depth, bool) or not isinstance(depth, numbers.Real):
                 raise TypeError(f"{fn}: depth must be a number or None, got {type(depth).__name__}")
             if not math.isfinite(float(depth)) or float(depth) <= 0:
                 raise ValueError(f"{fn}: depth must be finite and > 0 (or None), got {depth!r}")
+            depth = float(depth)
         self.depth = depth
         self.v8 = require_flag(v8, "v8", fn)
+        self.page_size = require_int(page_size, "page_size", fn, minimum=64)
+        if self.page_size % 64 != 0:
+            raise ValueError(f"{fn}: page_size must be a multiple of 64, got {self.page_size}")
+        self.softmax_scale = check_softmax_scale(softmax_scale, self.head_dim, fn)
+        self.refine_band = _band(refine_band, "refine_band", fn, DEFAULT_REFINE_BAND)
+        self.v_scale = None
+        self._v_exp_fixed = None
+        if v_scale is not None:
+            if not self.v8:
+                raise ValueError(f"{fn}: v_scale applies only with v8=True")
+            if isinstance(v_scale, bool) or not isinstance(v_scale, numbers.Real):
+                raise TypeError(f"{fn}: v_scale must be a number or None, got {type(v_scale).__name__}")
+            value = float(v_scale)
+            mant, exp = math.frexp(value) if math.isfinite(value) and value > 0 else (0.0, 0)
+            if mant != 0.5 or not -120 <= exp - 1 <= 120:
+                raise ValueError(f"{fn}: v_scale must be a power of two in [2^-120, 2^120], got {v_scale!r}")
+            self.v_scale = value
+            self._v_exp_fixed = exp - 1
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"{fn}: dtype must be a torch.dtype, got {type(dtype).__name__}")
         if dtype not in _CACHE_DTYPES:
             raise TypeError(f"{fn}: dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         self.dtype = dtype
-        if device is not None and not isinstance(device, (str, int, torch.device)):
+        if not isinstance(device, (str, int, torch.device)):
             raise TypeError(f"{fn}: device must be a torch.device, str or int, got {type(device).__name__}")
-        self.device = torch.device(device) if device is not None else None
-        raise NotImplementedError(f"{fn}: {_NOT_BUILT}")
+        self.device = torch.device(device)
+        _require_cpu(self.device, "the cache", fn)
 
-    def prefill(self, q, k, v, cu_seqlens):  # pragma: no cover - unreachable for now
-        raise NotImplementedError(f"FoldKVCache.prefill: {_NOT_BUILT}")
+        self.pages_per_request = -(-self.max_len // self.page_size)
+        self.num_pages = self.batch * self.pages_per_request
+        if self.num_pages > 2**31 - 1:
+            raise ValueError(f"{fn}: batch * ceil(max_len / page_size) exceeds int32 pages")
+        P, Hk, S, D = self.num_pages, self.n_kv_heads, self.page_size, self.head_dim
+        dev = self.device
+        self.k_a = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
+        self.k_b = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
+        self.k_scale = torch.zeros((P, Hk, S), dtype=torch.bfloat16, device=dev)
+        if self.v8:
+            self.v = None
+            self.v_a = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
+            self.v_b = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
+        else:
+            self.v = torch.zeros((P, Hk, S, D), dtype=dtype, device=dev)
+            self.v_a = self.v_b = None
+        self.v_exp = torch.full((self.batch, Hk), self._initial_v_exp(), dtype=torch.int32, device=dev)
+        self.v_sum = torch.zeros((self.batch, Hk, D), dtype=torch.float32, device=dev)
+        self.page_table = torch.full((self.batch, self.pages_per_request), -1, dtype=torch.int32, device=dev)
+        self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
+        # Free pages, popped from the end: a released request's pages are the next reused.
+        self._free_pages = list(range(P - 1, -1, -1))
+        self._last_stats: dict | None = None
+
+    # ---- bookkeeping -----------------------------------------------------------------
+
+    def _initial_v_exp(self) -> int:
+        return self._v_exp_fixed if self._v_exp_fixed is not None else V_EXP_UNSET
+
+    def _desc(self) -> FoldKVCacheDesc:
+        return FoldKVCacheDesc(
+            batch=self.batch,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            page_size=self.page_size,
+            max_len=self.max_len,
+            pages_per_request=self.pages_per_request,
+            num_pages=self.num_pages,
+            dtype=DTYPE_CODES[self.dtype],
+            v8=1 if self.v8 else 0,
+            v_exp_fixed=1 if self._v_exp_fixed is not None else 0,
+            k_a=_ptr(self.k_a),
+            k_b=_ptr(self.k_b),
+            k_scale=_ptr(self.k_scale),
+            v=_ptr(self.v),
+            v_a=_ptr(self.v_a),
+            v_b=_ptr(self.v_b),
+            v_exp=_ptr(self.v_exp),
+            v_sum=_ptr(self.v_sum),
+            page_table=_ptr(self.page_table),
+            lengths=_ptr(self.lengths),
+        )
+
+    def _check_request(self, request, fn: str, active: bool = True) -> int:
+        b = require_int(request, "request", fn, minimum=0, maximum=self.batch - 1)
+        if active and int(self.lengths[b]) < 0:
+            raise ValueError(f"{fn}: request {b} is not active (released or never added)")
+        return b
+
+    def _reserve(self, b: int, length: int) -> None:
+        """Gives request b pages for tokens [0, length)."""
+        needed = -(-length // self.page_size)
+        row = self.page_table[b]
+        for i in range(needed):
+            if int(row[i]) < 0:
+                if not self._free_pages:  # cannot happen: the pool holds every slot's pages
+                    raise RuntimeError("FoldKVCache: the page pool is exhausted")
+                row[i] = self._free_pages.pop()
+
+    def _activate(self, b: int) -> None:
+        self.lengths[b] = 0
+        self.v_sum[b].zero_()
+        self.v_exp[b].fill_(self._initial_v_exp())
+
+    @property
+    def active(self) -> list[int]:
+        """Indices of the active request slots."""
+        return [b for b, n in enumerate(self.lengths.tolist()) if n >= 0]
+
+    def length(self, request) -> int:
+        """Tokens held by a request (-1 for a free slot)."""
+        b = self._check_request(request, "FoldKVCache.length", active=False)
+        return int(self.lengths[b])
+
+    def add_request(self, length=0) -> int:
+        """Claims the lowest free slot for a new, empty request and returns its index.
+
+        `length` reserves pages for that many tokens up front (0..max_len); the request
+        still starts empty. Its pages come from the free list (a released request's pages
+        are reused); no other request is touched.
+        """
+        fn = "FoldKVCache.add_request"
+        n = require_int(length, "length", fn, minimum=0, maximum=self.max_len)
+        free = [b for b, x in enumerate(self.lengths.tolist()) if x < 0]
+        if not free:
+            raise ValueError(f"{fn}: every one of the {self.batch} request slots is in use; release one first")
+        b = free[0]
+        self._activate(b)
+        self._reserve(b, n)
+        return b
+
+    def release(self, request) -> None:
+        """Frees a request's slot and returns its pages to the free list."""
+        fn = "FoldKVCache.release"
+        b = self._check_request(request, fn)
+        row = self.page_table[b]
+        pages = [p for p in row.tolist() if p >= 0]
+        self._free_pages.extend(reversed(pages))
+        row.fill_(-1)
+        self.lengths[b] = -1
+        self.v_sum[b].zero_()
+        self.v_exp[b].fill_(self._initial_v_exp())
+
+    def reset(self) -> None:
+        """Releases every active request."""
+        for b in self.active:
+            self.release(b)
+
+    # ---- writing -------------------------------------------------------------------
+
+    def _check_rows(self, x, name: str, fn: str, heads: int, tokens: int | None = None):
+        x = require_tensor(x, name, fn)
+        if x.dim() != 3:
+            raise ValueError(f"{fn}: {name} must be 3-D (tokens, heads, head_dim), got shape {tuple(x.shape)}")
+        if x.dtype != self.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {self.dtype}")
+        _require_cpu(x.device, name, fn)
+        if x.shape[1] != heads or x.shape[2] != self.head_dim:
+            raise ValueError(
+                f"{fn}: {name} must have shape (tokens, {heads}, {self.head_dim}), got {tuple(x.shape)}"
+            )
+        if tokens is not None and x.shape[0] != tokens:
+            raise ValueError(f"{fn}: {name} has {x.shape[0]} tokens, expected {tokens}")
+        return x.contiguous()
+
+    def _check_values(self, k: torch.Tensor, v: torch.Tensor, fn: str, kn="k", vn="v") -> None:
+        if not bool(torch.isfinite(k).all()):
+            raise ValueError(f"{fn}: {kn} holds a non-finite value")
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"{fn}: {vn} holds a non-finite value")
+        if self.v_scale is not None and v.numel():
+            amax = float(v.float().abs().max())
+            if amax > _E4M3_MAX * self.v_scale:
+                raise ValueError(
+                    f"{fn}: {vn} holds |v| = {amax} beyond the fixed v_scale range "
+                    f"448 * {self.v_scale}"
+                )
+
+    def _append(self, b: int, k: torch.Tensor, v: torch.Tensor, fn: str) -> None:
+        n = k.shape[0]
+        if n == 0:
+            return
+        length = int(self.lengths[b])
+        if length + n > self.max_len:
+            raise ValueError(
+                f"{fn}: request {b} is full: {length} + {n} tokens exceed max_len {self.max_len}"
+            )
+        self._reserve(b, length + n)
+        D = self.head_dim
+        kt = FoldTensor(k.data_ptr(), 0, k.shape[1] * D, D)
+        vt = FoldTensor(v.data_ptr(), 0, v.shape[1] * D, D)
+        desc = self._desc()
+        status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, n, kt, vt)
+        _lib.check(status, "fold_kvcache_append_cpu")
+
+    def extend(self, request, k, v) -> None:
+        """Appends tokens k, v (tokens, n_kv_heads, head_dim) to an active request, without
+        attending (e.g. a prompt whose output is not needed)."""
+        fn = "FoldKVCache.extend"
+        b = self._check_request(request, fn)
+        k = self._check_rows(k, "k", fn, self.n_kv_heads)
+        v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=k.shape[0])
+        self._check_values(k, v, fn)
+        self._append(b, k, v, fn)
+
+    def prefill(self, q, k, v, cu_seqlens):
+        """Runs causal attention over packed prompts and writes them into slots 0..batch-1.
+
+        q (total, n_heads, head_dim), k/v (total, n_kv_heads, head_dim), cu_seqlens int32
+        with batch + 1 offsets. Every slot is (re)started with its prompt (a slot that was
+        active is released first). Returns the prompt output (total, n_heads, head_dim).
+        """
+        from .training import fold_attn_varlen_func
+
+        fn = "FoldKVCache.prefill"
+        q = self._check_rows(q, "q", fn, self.n_heads)
+        k = self._check_rows(k, "k", fn, self.n_kv_heads, tokens=q.shape[0])
+        v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
+        cu = require_tensor(cu_seqlens, "cu_seqlens", fn)
+        if cu.dim() != 1 or cu.numel() != self.batch + 1:
+            raise ValueError(
+                f"{fn}: cu_seqlens must hold batch + 1 = {self.batch + 1} offsets, got shape {tuple(cu.shape)}"
+            )
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{fn}: cu_seqlens must have dtype torch.int32, got {cu.dtype}")
+        _require_cpu(cu.device, "cu_seqlens", fn)
+        offsets = cu.tolist()
+        for b in range(self.batch):
+            n = offsets[b + 1] - offsets[b]
+            if n > self.max_len:
+                raise ValueError(
+                    f"{fn}: cu_seqlens gives request {b} {n} tokens, beyond max_len {self.max_len}"
+                )
+        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
+        self._check_values(k, v, fn)
+        for b in range(self.batch):
+            if int(self.lengths[b]) >= 0:
+                self.release(b)
+        for b in range(self.batch):
+            self._activate(b)
+            lo, hi = offsets[b], offsets[b + 1]
+            self._append(b, k[lo:hi], v[lo:hi], fn)
+        return out
+
+    def prefill_request(self, request, q, k, v):
+        """Causal attention over one prompt q (n, n_heads, D), k/v (n, n_kv_heads, D) and
+        its write into an active, empty request (see add_request). Returns the output."""
+        from .training import fold_attn_varlen_func
+
+        fn = "FoldKVCache.prefill_request"
+        b = self._check_request(request, fn)
+        if int(self.lengths[b]) != 0:
+            raise ValueError(f"{fn}: request {b} already holds {int(self.lengths[b])} tokens")
+        q = self._check_rows(q, "q", fn, self.n_heads)
+        k = self._check_rows(k, "k", fn, self.n_kv_heads, tokens=q.shape[0])
+        v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
+        if q.shape[0] > self.max_len:
+            raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
+        self._check_values(k, v, fn)
+        cu = torch.tensor([0, q.shape[0]], dtype=torch.int32)
+        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
+        self._append(b, k, v, fn)
+        return out
+
+    # ---- reporting -------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """What the last decode step read: live_frac, refine_frac, v_refine_frac (fractions
+        of (request, KV head, key) triples), bytes_per_key (cache bytes per key per KV
+        head, screen and reference sample included), fixup_rows, keys, rows."""
+        if self._last_stats is None:
+            return {"live_frac": 0.0, "refine_frac": 0.0, "v_refine_frac": 0.0,
+                    "bytes_per_key": 0.0, "fixup_rows": 0, "keys": 0, "rows": 0}
+        return dict(self._last_stats)
+
+    def _params(self) -> FoldDecodeParams:
+        dense = self.depth is None
+        return FoldDecodeParams(
+            n_heads=self.n_heads,
+            softmax_scale=self.softmax_scale,
+            dense=1 if dense else 0,
+            depth=0.0 if dense else self.depth,
+            refine_band=self.refine_band,
+            v_refine_band=self.refine_band + V_REFINE_EXTRA,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"FoldKVCache(batch={self.batch}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"head_dim={self.head_dim}, max_len={self.max_len}, depth={self.depth}, v8={self.v8}, "
+            f"page_size={self.page_size}, dtype={self.dtype}, active={len(self.active)})"
+        )
 
 
-def fold_attn_with_kvcache(q, cache, k=None, v=None, **kwargs):
-    """Optionally append one token per request to `cache`, then attend over it."""
-    raise NotImplementedError(f"fold_attn_with_kvcache: {_NOT_BUILT}")
+def _step_rows(x, name: str, fn: str, cache: FoldKVCache, heads: int) -> tuple[torch.Tensor, bool]:
+    """x as a contiguous (batch, heads, head_dim) tensor; whether it had the (B, 1, ...) form."""
+    x = require_tensor(x, name, fn)
+    if x.dtype != cache.dtype:
+        raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {cache.dtype}")
+    _require_cpu(x.device, name, fn)
+    shape = (cache.batch, heads, cache.head_dim)
+    if x.dim() == 4 and x.shape[1] == 1:
+        four = True
+        x = x[:, 0]
+    elif x.dim() == 3:
+        four = False
+    else:
+        raise ValueError(
+            f"{fn}: {name} must have shape {shape} or {(cache.batch, 1) + shape[1:]}, got {tuple(x.shape)}"
+        )
+    if tuple(x.shape) != shape:
+        raise ValueError(
+            f"{fn}: {name} must have shape {shape} or {(cache.batch, 1) + shape[1:]}, got "
+            f"{tuple(x.shape) if not four else (x.shape[0], 1) + tuple(x.shape[1:])}"
+        )
+    return x.contiguous(), four
+
+
+def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=False):
+    """Optionally append one token per active request to `cache`, then attend over it.
+
+    Args:
+        q_step: (batch, n_heads, head_dim) or (batch, 1, n_heads, head_dim), the cache's dtype.
+        cache: a FoldKVCache.
+        k_step, v_step: None, or the new token's keys/values (batch, n_kv_heads, head_dim)
+            or (batch, 1, n_kv_heads, head_dim); rows of free slots are ignored.
+        return_lse: also return the natural-log LSE, float32 (batch, n_heads).
+
+    Returns the output in q_step's shape (zeros for free slots), and the LSE if asked
+    (-inf for free or empty slots).
+    """
+    fn = "fold_attn_with_kvcache"
+    if not isinstance(cache, FoldKVCache):
+        raise TypeError(f"{fn}: cache must be a FoldKVCache, got {type(cache).__name__}")
+    return_lse = require_flag(return_lse, "return_lse", fn)
+    q, four = _step_rows(q_step, "q_step", fn, cache, cache.n_heads)
+    if (k_step is None) != (v_step is None):
+        raise ValueError(f"{fn}: pass both k_step and v_step, or neither")
+    D = cache.head_dim
+    null = FoldTensor(None, 0, 0, 0)
+    kt = vt = null
+    if k_step is not None:
+        k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
+        v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
+        active = cache.active
+        for b in active:
+            if int(cache.lengths[b]) >= cache.max_len:
+                raise ValueError(
+                    f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
+                )
+        idx = torch.tensor(active, dtype=torch.long)
+        cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
+        for b in active:
+            cache._reserve(b, int(cache.lengths[b]) + 1)
+        kt = FoldTensor(k.data_ptr(), cache.n_kv_heads * D, 0, D)
+        vt = FoldTensor(v.data_ptr(), cache.n_kv_heads * D, 0, D)
+    out = torch.empty((cache.batch, cache.n_heads, D), dtype=cache.dtype)
+    lse = torch.empty((cache.batch, cache.n_heads), dtype=torch.float32)
+    qt = FoldTensor(q.data_ptr(), cache.n_heads * D, 0, D)
+    ot = FoldTensor(out.data_ptr(), cache.n_heads * D, 0, D)
+    desc = cache._desc()
+    params = cache._params()
+    stats = FoldDecodeStats()
+    status = library().fold_decode_cpu(
+        ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot,
+        ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)), ctypes.byref(stats),
+    )
+    _lib.check(status, "fold_decode_cpu")
+    keys = max(stats.keys, 1)
+    cache._last_stats = {
+        "live_frac": stats.live_keys / keys,
+        "refine_frac": stats.refine_keys / keys,
+        "v_refine_frac": stats.v_refine_keys / keys,
+        "bytes_per_key": stats.bytes_read / keys,
+        "fixup_rows": int(stats.fixup_rows),
+        "keys": int(stats.keys),
+        "rows": int(stats.rows),
+    }
+    if four:
+        out = out.unsqueeze(1)
+    return (out, lse) if return_lse else out
