@@ -60,8 +60,10 @@ struct BwdCfg {
   // Columns per register chunk in phases A and C (fewer where dK/dV hold many registers).
   static constexpr int kChA = kDb >= 96 ? 32 : (kWa < 64 ? kWa : 64);
   static constexpr int kChC = kDc > 64 ? 64 : kDc;
+  // K, V; Q and dO in two stages (the next pair's load overlaps this pair's work); P, dS;
+  // lse * log2 e and Delta of the current query block.
   static constexpr int kSmemBytes =
-      (2 * kBn * kLd + 2 * kBm * kLd + 2 * kBm * kLdp) * 2 + 2 * kBm * 4;
+      (2 * kBn * kLd + 4 * kBm * kLd + 2 * kBm * kLdp) * 2 + 2 * kBm * 4;
   static_assert(kWarps % kRa == 0 && kWarps % kRb == 0, "warp partition");
   static_assert(kWa % kChA == 0 && kChA % 16 == 0 && kDc % kChC == 0 && kChC % 16 == 0 &&
                     kDb % 16 == 0,
@@ -79,9 +81,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   auto *k_s = reinterpret_cast<uint16_t *>(smem);
   auto *v_s = k_s + kBn * kLd;
-  auto *q_s = v_s + kBn * kLd;
-  auto *do_s = q_s + kBm * kLd;
-  auto *p_s = do_s + kBm * kLd;
+  uint16_t *const qdo_s = v_s + kBn * kLd;  // stage i: Q at qdo_s + 2 i kBm kLd, dO after it
+  auto *p_s = qdo_s + 4 * kBm * kLd;
   auto *ds_s = p_s + kBm * kLdp;
   auto *lse2_s = reinterpret_cast<float *>(ds_s + kBm * kLdp);
   auto *delta_s = lse2_s + kBm;
@@ -99,11 +100,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float ds_scale = exp2i(gs.t);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const uint32_t k_base = smem_addr(k_s), v_base = smem_addr(v_s), q_base = smem_addr(q_s),
-                 do_base = smem_addr(do_s), p_base = smem_addr(p_s), ds_base = smem_addr(ds_s);
+  const uint32_t k_base = smem_addr(k_s), v_base = smem_addr(v_s), p_base = smem_addr(p_s),
+                 ds_base = smem_addr(ds_s);
+  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
 
+  // The pairs run in the fixed order (head h of the group, query block q0), h-major.
   load_tile<kBn, D, kThreads>(k_s, p, k, b, r, k0, hk);
   load_tile<kBn, D, kThreads>(v_s, p, v, b, r, k0, hk);
+  load_tile<kBm, D, kThreads>(qdo_s, p, q, b, r, q_begin, hk * group);
+  load_tile<kBm, D, kThreads>(qdo_s + kBm * kLd, p, dout, b, r, q_begin, hk * group);
   cp_async_commit();
 
   // Warp roles of the three phases.
@@ -118,21 +123,37 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv_acc[i][e] = dk_acc[i][e] = 0.0f;
 
-  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  int stage = 0;
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm) {
-      __syncthreads();  // the previous tile's Q, dO, P, dS are consumed
-      load_tile<kBm, D, kThreads>(q_s, p, q, b, r, q0, h);
-      load_tile<kBm, D, kThreads>(do_s, p, dout, b, r, q0, h);
-      cp_async_commit();
+    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+      // lse and Delta of this pair (phase A of the previous pair, their last reader, ended
+      // before the previous pair's middle barrier).
       for (int i = threadIdx.x; i < kBm; i += kThreads) {
         const bool ok = q0 + i < r.len;
         const int64_t row = static_cast<int64_t>(h) * p.total_tokens + r.first + q0 + i;
         lse2_s[i] = ok ? lse[row] * kLog2e : 0.0f;
         delta_s[i] = ok ? delta[row] : 0.0f;
       }
+      // This pair's Q and dO have landed, and every warp is done with the previous pair
+      // (its P, dS and the other Q/dO stage are free).
       cp_async_wait_all();
       __syncthreads();
+      {
+        int next_h = h;
+        int64_t next_q0 = q0 + kBm;
+        if (next_q0 >= r.len) {
+          next_h = h + 1;
+          next_q0 = q_begin;
+        }
+        if (next_h < (hk + 1) * group) {
+          uint16_t *next = qdo_s + (stage ^ 1) * 2 * kBm * kLd;
+          load_tile<kBm, D, kThreads>(next, p, q, b, r, next_q0, next_h);
+          load_tile<kBm, D, kThreads>(next + kBm * kLd, p, dout, b, r, next_q0, next_h);
+          cp_async_commit();
+        }
+      }
+      const uint32_t q_base = smem_addr(qdo_s + stage * 2 * kBm * kLd);
+      const uint32_t do_base = q_base + 2u * kBm * kLd;
 
       // ---- A: P and dS * 2^t of the warp's [16 x kWa] part, in chunks of kChA keys.
       constexpr int kNa = Cfg::kChA / 8;

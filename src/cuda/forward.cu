@@ -1,6 +1,7 @@
 // Training forward on the GPU, v0: FlashAttention-2 style online softmax in base 2 with
 // m16n8k16 tensor-core MMAs (HMMA, fp32 accumulation), one CTA per (query block, head,
-// request) and 8 warps of 16 query rows each.
+// request) and 8 warps of 16 query rows each. K/V blocks stream through two cp.async stages
+// (block j + 1 loads while block j computes).
 //
 // Semantics follow the CPU reference (cpu/forward.cpp): s = (q . k) * scale * log2(e) in
 // fp32, P = 2^(s - m) rounded to the input dtype for P.V, l summed from the unrounded P,
@@ -37,7 +38,8 @@ struct FwdCfg {
   static constexpr int kBm = forward_plan(D).block_m;
   static constexpr int kBn = forward_plan(D).block_n;
   static constexpr int kLd = D + kPad;
-  static constexpr int kSmemBytes = (kBm + 2 * kBn) * kLd * 2;
+  // Q, and K and V in two stages: block j + 1 loads while block j computes.
+  static constexpr int kSmemBytes = (kBm + 4 * kBn) * kLd * 2;
   static_assert(kBm == 16 * kWarps, "one warp per 16 query rows");
 };
 
@@ -51,8 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kDt = D / 8;    // output n-tiles per warp
   extern __shared__ __align__(16) unsigned char smem[];
   auto *q_s = reinterpret_cast<uint16_t *>(smem);
-  auto *k_s = q_s + kBm * kLd;
-  auto *v_s = k_s + kBn * kLd;
+  uint16_t *const kv_s = q_s + kBm * kLd;  // stage i: K at kv_s + 2 i kBn kLd, V after it
 
   const int b = blockIdx.z;
   const int h = blockIdx.y;
@@ -69,7 +70,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
 
+  const int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
   load_tile<kBm, D, kThreads>(q_s, p, q, b, r, q0, h);
+  load_tile<kBn, D, kThreads>(kv_s, p, k, b, r, 0, hk);
+  load_tile<kBn, D, kThreads>(kv_s + kBn * kLd, p, v, b, r, 0, hk);
   cp_async_commit();
 
   float o[kDt][4];
@@ -77,15 +81,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {neg_inf, neg_inf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 (l: lane-partial)
 
-  const uint32_t q_base = smem_addr(q_s), k_base = smem_addr(k_s), v_base = smem_addr(v_s);
-  const int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
-  for (int64_t k0 = 0; k0 < k_end; k0 += kBn) {
-    __syncthreads();  // the previous block's K and V are consumed
-    load_tile<kBn, D, kThreads>(k_s, p, k, b, r, k0, hk);
-    load_tile<kBn, D, kThreads>(v_s, p, v, b, r, k0, hk);
-    cp_async_commit();
+  const uint32_t q_base = smem_addr(q_s);
+  int stage = 0;
+  for (int64_t k0 = 0; k0 < k_end; k0 += kBn, stage ^= 1) {
+    // Block k0 has landed, and every warp is done with the other stage (block k0 - kBn).
     cp_async_wait_all();
     __syncthreads();
+    if (k0 + kBn < k_end) {
+      uint16_t *next = kv_s + (stage ^ 1) * 2 * kBn * kLd;
+      load_tile<kBn, D, kThreads>(next, p, k, b, r, k0 + kBn, hk);
+      load_tile<kBn, D, kThreads>(next + kBn * kLd, p, v, b, r, k0 + kBn, hk);
+      cp_async_commit();
+    }
+    const uint32_t k_base = smem_addr(kv_s + stage * 2 * kBn * kLd);
+    const uint32_t v_base = k_base + 2u * kBn * kLd;
     if (p.causal && k0 > q0 + r0 + 15) continue;  // every key is masked for this warp
 
     float s[kNt][4];
