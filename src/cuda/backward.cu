@@ -12,6 +12,7 @@
 //           by 2^(s - t), rounded to nearest-even int32 (saturating) and added into the int32
 //           grid with red.global.add.s32: integer addition is associative, so the arrival
 //           order of the CTAs cannot change the sum.
+//      Q and dO of the next pair load (cp.async, second stage) while a pair runs A, B, C.
 //      Epilogue: dK = acc * 2^-t * softmax_scale, dV = acc (NaN dK when the bounds are not
 //      finite, as the CPU reference).
 //   3. postprocess: dQ = float(grid) * 2^-s * softmax_scale, rounded to the dtype.
