@@ -1,0 +1,455 @@
+// The decode CPU reference end to end: accuracy against float64, cut-mass accounting (cut
+// keys are never read), invariance under batch, threads and pages, the guard, v8 re-scaling
+// and the C ABI's validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half_types.h"
+#include "decode/decode_cpu.h"
+#include "decode/reference_z.h"
+#include "decode/v8_planes.h"
+#include "fold_attention/decode.h"
+
+namespace {
+
+using fold::bf16_t;
+using fold::to_float;
+
+struct Cache {
+  int B, Hk, D, P, max_len, page = 64, ppr;
+  bool v8;
+  std::vector<int8_t> ka, kb;
+  std::vector<uint16_t> ks;
+  std::vector<bf16_t> v;
+  std::vector<uint8_t> va, vb;
+  std::vector<int32_t> vexp, pt, len;
+  std::vector<float> vsum;
+  int next_page = 0;
+
+  Cache(int batch, int hk, int d, int maxlen, bool v8_ = false, int spare_pages = 0)
+      : B(batch), Hk(hk), D(d), max_len(maxlen), v8(v8_) {
+    ppr = (max_len + page - 1) / page;
+    P = B * ppr + spare_pages;
+    const size_t n = static_cast<size_t>(P) * Hk * page * D;
+    ka.assign(n, 0);
+    kb.assign(n, 0);
+    ks.assign(n / D, 0);
+    if (v8) {
+      va.assign(n, 0);
+      vb.assign(n, 0);
+    } else {
+      v.assign(n, bf16_t{0});
+    }
+    vexp.assign(static_cast<size_t>(B) * Hk, FOLD_DECODE_V_EXP_UNSET);
+    vsum.assign(static_cast<size_t>(B) * Hk * D, 0.0f);
+    pt.assign(static_cast<size_t>(B) * ppr, -1);
+    len.assign(B, -1);
+  }
+  fold_kvcache_t desc() {
+    fold_kvcache_t c{};
+    c.batch = B;
+    c.n_kv_heads = Hk;
+    c.head_dim = D;
+    c.page_size = page;
+    c.max_len = max_len;
+    c.pages_per_request = ppr;
+    c.num_pages = P;
+    c.dtype = FOLD_DTYPE_BF16;
+    c.v8 = v8;
+    c.k_a = ka.data();
+    c.k_b = kb.data();
+    c.k_scale = ks.data();
+    c.v = v8 ? nullptr : v.data();
+    c.v_a = v8 ? va.data() : nullptr;
+    c.v_b = v8 ? vb.data() : nullptr;
+    c.v_exp = vexp.data();
+    c.v_sum = vsum.data();
+    c.page_table = pt.data();
+    c.lengths = len.data();
+    return c;
+  }
+  // Activates slot b and appends k, v ([n][Hk][D] floats, rounded to bf16).
+  void fill(int b, const std::vector<float> &k, const std::vector<float> &vv, int n) {
+    len[b] = 0;
+    for (int i = 0; i < ppr; ++i) pt[static_cast<size_t>(b) * ppr + i] = next_page++;
+    std::vector<bf16_t> kh(k.size()), vh(vv.size());
+    for (size_t i = 0; i < k.size(); ++i) kh[i] = fold::bf16_from_float(k[i]);
+    for (size_t i = 0; i < vv.size(); ++i) vh[i] = fold::bf16_from_float(vv[i]);
+    fold_kvcache_t c = desc();
+    ASSERT_EQ(fold_kvcache_append_cpu(&c, b, n, fold_tensor_t{kh.data(), 0, Hk * D, D},
+                                      fold_tensor_t{vh.data(), 0, Hk * D, D}),
+              FOLD_OK)
+        << fold_last_error();
+  }
+};
+
+// Keys with a heavy tail along a direction u the queries favour; values offset from zero.
+struct Data {
+  std::vector<float> q, k, v;  // q [H][D], k/v [L][Hk][D]
+};
+Data make_data(int L, int H, int Hk, int D, uint64_t seed, float tail = 3.0f, float offset = 2.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::exponential_distribution<float> ex(1.0f);
+  std::vector<float> u(static_cast<size_t>(Hk) * D);
+  for (int h = 0; h < Hk; ++h) {
+    double norm = 0;
+    for (int d = 0; d < D; ++d) norm += std::pow(u[h * D + d] = nd(rng), 2);
+    for (int d = 0; d < D; ++d) u[h * D + d] /= static_cast<float>(std::sqrt(norm));
+  }
+  Data x;
+  x.k.resize(static_cast<size_t>(L) * Hk * D);
+  x.v.resize(x.k.size());
+  for (int j = 0; j < L; ++j)
+    for (int h = 0; h < Hk; ++h) {
+      const float a = tail * std::pow(ex(rng), 1.5f);
+      for (int d = 0; d < D; ++d) {
+        x.k[(static_cast<size_t>(j) * Hk + h) * D + d] = nd(rng) + a * u[h * D + d];
+        x.v[(static_cast<size_t>(j) * Hk + h) * D + d] = nd(rng) + offset;
+      }
+    }
+  const int G = H / Hk;
+  x.q.resize(static_cast<size_t>(H) * D);
+  for (int h = 0; h < H; ++h)
+    for (int d = 0; d < D; ++d) x.q[h * D + d] = 0.5f * nd(rng) + 2.0f * u[(h / G) * D + d];
+  return x;
+}
+
+float bf(float x) { return to_float(fold::bf16_from_float(x)); }
+
+// Float64 attention of one request (bf16-rounded inputs): out [H][D], lse [H] (natural).
+void reference(const Data &x, int L, int H, int Hk, int D, std::vector<double> &out,
+               std::vector<double> &lse) {
+  const int G = H / Hk;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  out.assign(static_cast<size_t>(H) * D, 0.0);
+  lse.assign(H, 0.0);
+  for (int h = 0; h < H; ++h) {
+    std::vector<double> s(L);
+    double m = -INFINITY;
+    for (int j = 0; j < L; ++j) {
+      double acc = 0;
+      for (int d = 0; d < D; ++d) acc += double(bf(x.q[h * D + d])) * bf(x.k[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
+      m = std::max(m, s[j] = acc * scale);
+    }
+    double sum = 0;
+    for (int j = 0; j < L; ++j) sum += std::exp(s[j] - m);
+    lse[h] = m + std::log(sum);
+    for (int j = 0; j < L; ++j) {
+      const double p = std::exp(s[j] - lse[h]);
+      for (int d = 0; d < D; ++d) out[h * D + d] += p * bf(x.v[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
+    }
+  }
+}
+
+struct Step {
+  std::vector<bf16_t> out;
+  std::vector<float> lse;
+  fold_decode_stats_t stats{};
+};
+
+fold_decode_params_t params(int H, float depth) {
+  fold_decode_params_t p{};
+  p.n_heads = H;
+  p.dense = depth <= 0 ? 1 : 0;
+  p.depth = depth;
+  p.softmax_scale = 0;  // set by caller
+  p.refine_band = 8.0f;
+  p.v_refine_band = 10.0f;
+  return p;
+}
+
+// q for all B slots: slot b gets qs[b] (or zeros).
+Step run(Cache &c, int H, const std::vector<std::vector<float>> &qs, float depth,
+         const fold::cpu::DecodeHooks *hooks = nullptr) {
+  const int D = c.D;
+  std::vector<bf16_t> q(static_cast<size_t>(c.B) * H * D, bf16_t{0});
+  for (int b = 0; b < c.B && b < static_cast<int>(qs.size()); ++b)
+    for (size_t i = 0; i < qs[b].size(); ++i) q[b * H * D + i] = fold::bf16_from_float(qs[b][i]);
+  Step s;
+  s.out.assign(q.size(), bf16_t{0});
+  s.lse.assign(static_cast<size_t>(c.B) * H, 0.0f);
+  fold_decode_params_t p = params(H, depth);
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  fold_kvcache_t desc = c.desc();
+  const fold_tensor_t qt{q.data(), static_cast<int64_t>(H) * D, 0, D};
+  const fold_tensor_t ot{s.out.data(), static_cast<int64_t>(H) * D, 0, D};
+  if (hooks) {
+    fold::cpu::decode_attend(desc, p, qt, ot, s.lse.data(), &s.stats, hooks);
+  } else {
+    const fold_tensor_t none{nullptr, 0, 0, 0};
+    EXPECT_EQ(fold_decode_cpu(&desc, &p, qt, none, none, ot, s.lse.data(), &s.stats), FOLD_OK)
+        << fold_last_error();
+  }
+  return s;
+}
+
+double rel_err(const Step &s, int b, int H, int D, const std::vector<double> &ref) {
+  double num = 0, den = 0;
+  for (int i = 0; i < H * D; ++i) {
+    const double d = to_float(s.out[b * H * D + i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+double floor_err(const std::vector<double> &ref) {
+  double num = 0, den = 0;
+  for (double r : ref) {
+    num += std::pow(bf(static_cast<float>(r)) - r, 2);
+    den += r * r;
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(DecodeStep, AccuracyAgainstFloat64) {
+  const int L = 900, H = 8, Hk = 2, D = 64;
+  const Data x = make_data(L, H, Hk, D, 11);
+  std::vector<double> ref, lse;
+  reference(x, L, H, Hk, D, ref, lse);
+  const double floor = floor_err(ref);
+  for (bool v8 : {false, true}) {
+    Cache c(1, Hk, D, 1024, v8);
+    c.fill(0, x.k, x.v, L);
+    for (float depth : {0.0f, 16.0f, 12.0f}) {
+      const Step s = run(c, H, {x.q}, depth);
+      const double e = rel_err(s, 0, H, D, ref);
+      double lse_err = 0;
+      for (int h = 0; h < H; ++h) lse_err = std::max(lse_err, std::fabs(s.lse[h] - lse[h]));
+      std::printf("v8=%d depth=%g: rel err %.3e (bf16 floor %.3e), max |lse err| %.2e, live %.3f\n",
+                  v8, depth, e, floor, lse_err, double(s.stats.live_keys) / s.stats.keys);
+      EXPECT_LT(e, 2.0 * floor);
+      EXPECT_LT(lse_err, 1e-2);
+    }
+  }
+}
+
+TEST(DecodeStep, CutKeysAreNeverRead) {
+  const int L = 1500, H = 4, Hk = 1, D = 64;
+  const Data x = make_data(L, H, Hk, D, 12);
+  for (bool v8 : {false, true}) {
+    Cache c(1, Hk, D, 1536, v8);
+    c.fill(0, x.k, x.v, L);
+    std::vector<std::vector<uint8_t>> verdicts;
+    fold::cpu::DecodeHooks hooks;
+    hooks.verdicts = &verdicts;
+    const Step before = run(c, H, {x.q}, 12.0f, &hooks);
+    // The reference sample's keys are read with both K planes by the front, whatever
+    // their verdict: their plane B stays.
+    fold::decode::ZSample zs;
+    fold::decode::plan_reference_sample(L, zs);
+    std::vector<bool> sampled(L, false);
+    for (int i = 0; i < zs.n; ++i) sampled[zs.key[i]] = true;
+    int cut = 0, plain = 0, vplain = 0;
+    for (int j = 0; j < L; ++j) {
+      const uint8_t vd = verdicts[0][j];
+      const bool kb_free = !sampled[j];
+      const int64_t r = (static_cast<int64_t>(c.pt[j / c.page]) * Hk * c.page + j % c.page) * D;
+      for (int d = 0; d < D; ++d) {
+        if (!(vd & 1)) {  // cut: flip V (the mean in v_sum is left as it was)
+          if (v8) {
+            c.va[r + d] ^= 0x80;
+            c.vb[r + d] ^= 0x80;
+          } else {
+            c.v[r + d].bits ^= 0x8000;
+          }
+          if (kb_free) c.kb[r + d] = static_cast<int8_t>(-c.kb[r + d]);
+        } else if (!(vd & 2) && kb_free) {
+          c.kb[r + d] = static_cast<int8_t>(127 - c.kb[r + d]);  // plane B of K not read
+        }
+        if ((vd & 1) && !(vd & 4) && v8) c.vb[r + d] ^= 0x80;  // plane B of V not read
+      }
+      cut += !(vd & 1);
+      plain += (vd & 1) && !(vd & 2);
+      vplain += v8 && (vd & 1) && !(vd & 4);
+    }
+    ASSERT_GT(cut, L / 10);
+    ASSERT_GT(plain, 0);
+    if (v8) {
+      ASSERT_GT(vplain, 0);
+    }
+    const Step after = run(c, H, {x.q}, 12.0f, &hooks);
+    ASSERT_EQ(std::memcmp(before.out.data(), after.out.data(), before.out.size() * 2), 0);
+    ASSERT_EQ(std::memcmp(before.lse.data(), after.lse.data(), before.lse.size() * 4), 0);
+  }
+}
+
+TEST(DecodeStep, CutMassKeepsTheNormalisation) {
+  // Depth 2 cuts almost every key; the LSE (which is Z + log2 T) stays right because
+  // the cut keys' coarse weights are in T, and the output moves only toward mean(V).
+  const int L = 1200, H = 4, Hk = 1, D = 64;
+  const Data x = make_data(L, H, Hk, D, 13, 0.5f, 1.0f);
+  std::vector<double> ref, lse;
+  reference(x, L, H, Hk, D, ref, lse);
+  Cache c(1, Hk, D, 1200);
+  c.fill(0, x.k, x.v, L);
+  const Step s = run(c, H, {x.q}, 2.0f);
+  EXPECT_LT(double(s.stats.live_keys) / s.stats.keys, 0.2);
+  for (int h = 0; h < H; ++h) EXPECT_NEAR(s.lse[h], lse[h], 2e-2);
+  EXPECT_LT(rel_err(s, 0, H, D, ref), 0.05);
+}
+
+TEST(DecodeStep, BitIdenticalAloneAndInAnyBatch) {
+  const int H = 12, Hk = 2, D = 128;  // group size 6
+  const Data a = make_data(1100, H, Hk, D, 21), b = make_data(700, H, Hk, D, 22),
+             d = make_data(1300, H, Hk, D, 23);
+  Cache alone(1, Hk, D, 1400);
+  alone.fill(0, a.k, a.v, 1100);
+  Cache batch(3, Hk, D, 1400, false, 40);
+  batch.next_page = 3;  // different pages from the lone cache
+  batch.fill(2, d.k, d.v, 1300);
+  batch.fill(0, b.k, b.v, 700);
+  batch.fill(1, a.k, a.v, 1100);
+  const Step s1 = run(alone, H, {a.q}, 16.0f);
+  setenv("FOLD_CPU_THREADS", "1", 1);
+  const Step s3 = run(batch, H, {b.q, a.q, d.q}, 16.0f);
+  setenv("FOLD_CPU_THREADS", "3", 1);
+  const Step s3b = run(batch, H, {b.q, a.q, d.q}, 16.0f);
+  unsetenv("FOLD_CPU_THREADS");
+  ASSERT_EQ(std::memcmp(s1.out.data(), &s3.out[H * D], H * D * 2), 0);
+  ASSERT_EQ(std::memcmp(s1.lse.data(), &s3.lse[H], H * 4), 0);
+  ASSERT_EQ(std::memcmp(s3.out.data(), s3b.out.data(), s3.out.size() * 2), 0);
+}
+
+TEST(DecodeStep, SplitsAddUp) {
+  // Any split size gives the same result up to fp32 summation order.
+  const int L = 1000, H = 4, Hk = 1, D = 64;
+  const Data x = make_data(L, H, Hk, D, 31);
+  Cache c(1, Hk, D, 1024);
+  c.fill(0, x.k, x.v, L);
+  fold::cpu::DecodeHooks h512, h64;
+  h64.split_keys = 64;
+  const Step a = run(c, H, {x.q}, 12.0f, &h512), b = run(c, H, {x.q}, 12.0f, &h64);
+  for (int i = 0; i < H * D; ++i) EXPECT_NEAR(to_float(a.out[i]), to_float(b.out[i]), 2e-2);
+  for (int h = 0; h < H; ++h) EXPECT_NEAR(a.lse[h], b.lse[h], 1e-5);
+}
+
+TEST(DecodeStep, GuardRecomputesRowsOutsideTheWindow) {
+  const int L = 800, H = 4, Hk = 1, D = 64;
+  const Data x = make_data(L, H, Hk, D, 41);
+  std::vector<double> ref, lse;
+  reference(x, L, H, Hk, D, ref, lse);
+  Cache c(1, Hk, D, 800);
+  c.fill(0, x.k, x.v, L);
+  for (float off : {40.0f, -40.0f, 200.0f, -200.0f}) {
+    fold::cpu::DecodeHooks hooks;
+    hooks.z_offset = off;
+    const Step s = run(c, H, {x.q}, 16.0f, &hooks);
+    EXPECT_EQ(s.stats.fixup_rows, H) << off;
+    for (int i = 0; i < H * D; ++i) ASSERT_TRUE(std::isfinite(to_float(s.out[i])));
+    EXPECT_LT(rel_err(s, 0, H, D, ref), 2.0 * floor_err(ref) + 1e-3) << off;
+    for (int h = 0; h < H; ++h) EXPECT_NEAR(s.lse[h], lse[h], 1e-2);
+    hooks.guard = false;  // unguarded: wrong, but still never NaN/inf
+    const Step u = run(c, H, {x.q}, 16.0f, &hooks);
+    for (int i = 0; i < H * D; ++i) ASSERT_TRUE(std::isfinite(to_float(u.out[i])));
+  }
+}
+
+TEST(DecodeStep, V8ExponentGrowsInsteadOfClipping) {
+  const int H = 2, Hk = 1, D = 64, L = 200;
+  Data x = make_data(L, H, Hk, D, 51, 1.0f, 0.0f);
+  for (int j = 100; j < L; ++j)
+    for (int d = 0; d < D; ++d) x.v[j * D + d] *= 1000.0f;  // far beyond 7x headroom
+  Cache c(1, Hk, D, 256, true);
+  c.fill(0, std::vector<float>(x.k.begin(), x.k.begin() + 100 * D),
+         std::vector<float>(x.v.begin(), x.v.begin() + 100 * D), 100);
+  const int first = c.vexp[0];
+  fold_kvcache_t desc = c.desc();
+  std::vector<bf16_t> kh(100 * D), vh(100 * D);
+  for (int i = 0; i < 100 * D; ++i) {
+    kh[i] = fold::bf16_from_float(x.k[100 * D + i]);
+    vh[i] = fold::bf16_from_float(x.v[100 * D + i]);
+  }
+  ASSERT_EQ(fold_kvcache_append_cpu(&desc, 0, 100, fold_tensor_t{kh.data(), 0, D, D},
+                                    fold_tensor_t{vh.data(), 0, D, D}),
+            FOLD_OK);
+  EXPECT_GE(c.vexp[0], first + 9);
+  for (int j = 0; j < L; ++j)
+    for (int d = 0; d < D; ++d) {
+      const float v = bf(x.v[j * D + d]);
+      const float got = fold::decode::v8_value(c.va[j * D + d], c.vb[j * D + d], c.vexp[0], true);
+      ASSERT_NEAR(got, v, std::fabs(v) * 0.01f + std::ldexp(1.0f, c.vexp[0] - 9)) << j;
+    }
+  // A fixed exponent does not grow: the same append is refused and nothing changes.
+  Cache f(1, Hk, D, 256, true);
+  f.vexp[0] = -4;
+  f.len[0] = 0;
+  f.pt[0] = 0;
+  f.pt[1] = 1;
+  f.pt[2] = 2;
+  fold_kvcache_t fd = f.desc();
+  fd.v_exp_fixed = 1;
+  ASSERT_EQ(fold_kvcache_append_cpu(&fd, 0, 100, fold_tensor_t{kh.data(), 0, D, D},
+                                    fold_tensor_t{vh.data(), 0, D, D}),
+            FOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fold_last_error()).find("v_scale"), std::string::npos) << fold_last_error();
+  EXPECT_EQ(f.len[0], 0);
+}
+
+TEST(DecodeStep, ValidationNamesTheArgument) {
+  const int D = 64;
+  Cache c(2, 1, D, 100);
+  std::vector<float> k(100 * D, 0.5f), v(100 * D, 1.0f);
+  c.fill(0, k, v, 100);
+  std::vector<bf16_t> one(2 * D, fold::bf16_from_float(1.0f));
+  fold_kvcache_t desc = c.desc();
+  auto expect_error = [](fold_status_t st, const char *needle) {
+    EXPECT_EQ(st, FOLD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fold_last_error()).find(needle), std::string::npos) << fold_last_error();
+  };
+  // A full request.
+  expect_error(fold_kvcache_append_cpu(&desc, 0, 1, fold_tensor_t{one.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "full");
+  // A free slot.
+  expect_error(fold_kvcache_append_cpu(&desc, 1, 1, fold_tensor_t{one.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "not active");
+  // Non-finite values.
+  c.len[1] = 0;
+  c.pt[c.ppr] = c.next_page;
+  std::vector<bf16_t> bad = one;
+  bad[3] = fold::bf16_from_float(NAN);
+  desc = c.desc();
+  expect_error(fold_kvcache_append_cpu(&desc, 1, 1, fold_tensor_t{bad.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "k holds a non-finite");
+  EXPECT_EQ(c.len[1], 0);
+  // Lengths beyond max_len, bad head_dim, bad page.
+  fold_kvcache_t d2 = desc;
+  c.len[1] = 101;
+  expect_error(fold_kvcache_append_cpu(&d2, 1, 1, fold_tensor_t{one.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "lengths[1]");
+  c.len[1] = 0;
+  d2.head_dim = 96;
+  expect_error(fold_kvcache_append_cpu(&d2, 1, 1, fold_tensor_t{one.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "head_dim");
+  c.pt[c.ppr] = 1000;
+  expect_error(fold_kvcache_append_cpu(&desc, 1, 1, fold_tensor_t{one.data(), 0, D, D},
+                                       fold_tensor_t{one.data(), 0, D, D}),
+               "page_table[1][0]");
+  // Decode parameters.
+  std::vector<bf16_t> q(2 * 65 * D), out(q.size());
+  fold_decode_params_t p = params(65, 16.0f);
+  p.softmax_scale = 0.125f;
+  const fold_tensor_t none{nullptr, 0, 0, 0};
+  expect_error(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 65 * D, 0, D}, none, none,
+                               fold_tensor_t{out.data(), 65 * D, 0, D}, nullptr, nullptr),
+               "group size");
+  p.n_heads = 2;
+  p.depth = -1;
+  expect_error(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 2 * D, 0, D}, none, none,
+                               fold_tensor_t{out.data(), 2 * D, 0, D}, nullptr, nullptr),
+               "depth");
+}
+
+}  // namespace
