@@ -89,6 +89,8 @@ class Group {
     return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * c_.page_size + j % c_.page_size;
   }
   int head(int g) const { return hk_ * G_ + g; }
+  // Whether P is an fp16 operand (an fp16 cache without v8) rather than bf16.
+  bool p_f16() const { return c_.dtype == FOLD_DTYPE_F16 && !c_.v8; }
 
   void write_empty(fold_tensor_t out, float *lse) {
     for (int g = 0; g < G_; ++g) {
@@ -182,7 +184,7 @@ private:
 
   bool row_ok(int g) const {
     const float t = t_[g];
-    if (!(t >= exp2i(kGuardLoLog2) && t <= exp2i(kGuardHiLog2))) return false;
+    if (!(t >= exp2i(kGuardLoLog2) && t <= exp2i(p_f16() ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) return false;
     for (int d = 0; d < D_; ++d)
       if (!std::isfinite(n_[static_cast<size_t>(g) * D_ + d])) return false;
     return true;
@@ -259,8 +261,10 @@ private:
         }
         for (int g = 0; g < G_; ++g) {
           const float ell = refine ? fine(g, j) : sa_[static_cast<size_t>(g) * L_ + j];
-          // The weight the value product consumes: rounded to bf16 (an MMA operand).
-          const float pw = round_to<bf16_t>(exp2_fp(sub_rn(ell, z[g])));
+          // The weight the value product consumes: rounded to V's operand type (fp16 for
+          // an fp16 cache, else bf16), and the denominator sums exactly these.
+          const float pe = exp2_fp(sub_rn(ell, z[g]));
+          const float pw = p_f16() ? round_to<f16_t>(pe) : round_to<bf16_t>(pe);
           ts[g] = add_rn(ts[g], pw);
           float *nrow = &ns[static_cast<size_t>(g) * D_];
           for (int d = 0; d < D_; ++d) nrow[d] = add_rn(nrow[d], mul_rn(pw, v[d]));

@@ -11,13 +11,16 @@ namespace fold::decode {
 // N (fp32 G x D) and T (fp32 G); the combine adds splits in increasing order.
 constexpr int32_t kSplitKeys = 512;
 
-// Guard window on a row's total T = sum_splits T: [2^kGuardLoLog2, 2^kGuardHiLog2], N
-// finite. Below: Z overshot the LSE by more than 3 binades (the cut would be too deep);
-// above: Z undershot by more than 14 (weights could leave fp16's range on the GPU, and the
-// screen would keep far too many keys). A row outside is recomputed with Z = its exact LSE
-// over the coarse logits of all keys, and the group's verdicts are recomputed with it.
+// Guard window on a row's total T = sum_splits T: [2^kGuardLoLog2, 2^hi], N finite.
+// Below: Z overshot the LSE by more than 3 binades, so the cut would be deeper than the
+// user's depth: the row is recomputed with Z = its exact LSE over the coarse logits of all
+// keys (and the group's verdicts with it). Above: Z undershot. The weights are still exact
+// (only more keys stay live than needed), so the bound is only what the value operand can
+// hold: P is rounded to bf16 (bf16 caches and v8: E4M3 widens exactly to bf16), hi = 60;
+// for fp16 caches P is an fp16 operand (<= 65504), hi = 14.
 constexpr int kGuardLoLog2 = -3;
-constexpr int kGuardHiLog2 = 14;
+constexpr int kGuardHiLog2Bf16 = 60;
+constexpr int kGuardHiLog2F16 = 14;
 
 // Default refine bands, in binades below Z: plane B of K is read for keys whose coarse
 // logit is within kRefineBand of Z (OR over the group), plane B of V (v8) within

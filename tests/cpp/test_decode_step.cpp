@@ -338,11 +338,16 @@ TEST(DecodeStep, GuardRecomputesRowsOutsideTheWindow) {
   reference(x, L, H, Hk, D, ref, lse);
   Cache c(1, Hk, D, 800);
   c.fill(0, x.k, x.v, L);
-  for (float off : {40.0f, -40.0f, 200.0f, -200.0f}) {
+  for (float off : {-40.0f, 40.0f, -70.0f, 200.0f, -200.0f}) {
     fold::cpu::DecodeHooks hooks;
     hooks.z_offset = off;
     const Step s = run(c, H, {x.q}, 16.0f, &hooks);
-    EXPECT_EQ(s.stats.fixup_rows, H) << off;
+    // This data's sampled Z already sits ~20 binades below the LSE (heavy keys the sample
+    // misses): T ~ 2^20 is inside a bf16 cache's window, the weights are exact and only more
+    // keys stay live. -40 may or may not leave the window; every other offset does.
+    if (off != -40.0f) {
+      EXPECT_EQ(s.stats.fixup_rows, H) << off;
+    }
     for (int i = 0; i < H * D; ++i) ASSERT_TRUE(std::isfinite(to_float(s.out[i])));
     EXPECT_LT(rel_err(s, 0, H, D, ref), 2.0 * floor_err(ref) + 1e-3) << off;
     for (int h = 0; h < H; ++h) EXPECT_NEAR(s.lse[h], lse[h], 1e-2);
