@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/float_bits.h"
 #include "core/grid_scale.h"
@@ -184,24 +185,44 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
+        // Masks only where the chunk reaches past the request's end (keys or rows) or past
+        // the diagonal; positions are request-relative, so the choice is batch-invariant.
+        const bool need_mask = k0 + c0 + Cfg::kChA > r.len || q0 + row_a + 16 > r.len ||
+                               (p.causal && k0 + c0 + Cfg::kChA - 1 > q0 + row_a);
+        // In chunk-relative units: key j_rel is valid when j_rel < key_limit, row i (tile-
+        // relative) when i < row_limit, and causal allows j_rel <= diag + i.
+        const int key_limit =
+            static_cast<int>(min(r.len - k0 - c0, static_cast<int64_t>(Cfg::kChA)));
+        const int row_limit = static_cast<int>(min(r.len - q0, static_cast<int64_t>(kBm)));
+        const int diag = static_cast<int>(q0 - k0 - c0);
+        const auto finish = [&](auto masked) {
+          constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-        for (int nt = 0; nt < kNa; ++nt)
+          for (int nt = 0; nt < kNa; ++nt)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i = row_a + g + 8 * half;
-            const int j = c0 + nt * 8 + 2 * t;
-            float pv[2], dsv[2];
+            for (int half = 0; half < 2; ++half) {
+              const int i = row_a + g + 8 * half;
+              const int j = c0 + nt * 8 + 2 * t;
+              const float lse2 = lse2_s[i], dl = delta_s[i];
+              float pv[2], dsv[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int64_t key = k0 + j + e, row = q0 + i;
-              const bool ok = row < r.len && key < r.len && (!p.causal || key <= row);
-              const float pij = ok ? fast_exp2(s[nt][2 * half + e] * scale_log2 - lse2_s[i]) : 0.0f;
-              pv[e] = pij;
-              dsv[e] = ok ? pij * (dp[nt][2 * half + e] - delta_s[i]) * ds_scale : 0.0f;
+              for (int e = 0; e < 2; ++e) {
+                const int j_rel = nt * 8 + 2 * t + e;
+                bool ok = true;
+                if constexpr (kMasked)
+                  ok = i < row_limit && j_rel < key_limit && (!p.causal || j_rel <= diag + i);
+                const float pij = ok ? fast_exp2(s[nt][2 * half + e] * scale_log2 - lse2) : 0.0f;
+                pv[e] = pij;
+                dsv[e] = ok ? pij * (dp[nt][2 * half + e] - dl) * ds_scale : 0.0f;
+              }
+              *reinterpret_cast<uint32_t *>(&p_s[i * kLdp + j]) = pack2(pv[0], pv[1], Tag{});
+              *reinterpret_cast<uint32_t *>(&ds_s[i * kLdp + j]) = pack2(dsv[0], dsv[1], Tag{});
             }
-            *reinterpret_cast<uint32_t *>(&p_s[i * kLdp + j]) = pack2(pv[0], pv[1], Tag{});
-            *reinterpret_cast<uint32_t *>(&ds_s[i * kLdp + j]) = pack2(dsv[0], dsv[1], Tag{});
-          }
+        };
+        if (need_mask)
+          finish(std::true_type{});
+        else
+          finish(std::false_type{});
       }
       __syncthreads();
 

@@ -113,27 +113,43 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // Scale, mask, row maxima (rows g and g + 8 of the warp).
-    float row_max[2] = {m[0], m[1]};
+    // Mask and row maxima of the raw scores (rows g and g + 8 of the warp); the scale is
+    // applied to the maxima (scale > 0, so max and rounding commute) and fused into the
+    // exponent: P = 2^(s * scale log2 e - m). Only blocks that reach past the request's end
+    // or the warp's diagonal are masked (a choice made from positions inside the request
+    // alone, so it cannot depend on the batch either).
+    float row_max[2] = {neg_inf, neg_inf};
+    const bool need_mask = k0 + kBn > r.len || (p.causal && k0 + kBn - 1 > q0 + r0);
+    if (need_mask) {
+      const int key_limit = static_cast<int>(min(r.len - k0, static_cast<int64_t>(kBn)));
+      const int diag = static_cast<int>(q0 + r0 - k0);  // key (block-relative) <= diag + row
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt)
+      for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = r0 + g + (e >> 1) * 8;
-        const int64_t key = k0 + nt * 8 + 2 * t + (e & 1);
-        const bool masked = key >= r.len || (p.causal && key > q0 + row);
-        const float x = masked ? neg_inf : s[nt][e] * scale_log2;
-        s[nt][e] = x;
-        row_max[e >> 1] = fmaxf(row_max[e >> 1], x);
-      }
-    float alpha[2];
+        for (int e = 0; e < 4; ++e) {
+          const int row = g + (e >> 1) * 8;
+          const int key = nt * 8 + 2 * t + (e & 1);
+          const bool masked = key >= key_limit || (p.causal && key > diag + row);
+          if (masked) s[nt][e] = neg_inf;
+          row_max[e >> 1] = fmaxf(row_max[e >> 1], s[nt][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) row_max[e >> 1] = fmaxf(row_max[e >> 1], s[nt][e]);
+    }
+    float alpha[2], m_use[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 1));
       row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 2));
-      // A row with every key so far masked keeps m = -inf, l = 0, acc = 0 (P is 0 below).
-      alpha[i] = row_max[i] == neg_inf ? 1.0f : (m[i] == neg_inf ? 0.0f : fast_exp2(m[i] - row_max[i]));
-      m[i] = row_max[i];
+      const float m_new = fmaxf(m[i], row_max[i] * scale_log2);
+      // A row with every key so far masked keeps m = -inf, l = 0, acc = 0; its P is
+      // 2^(-inf - 0) = 0 below.
+      alpha[i] = m_new == neg_inf ? 1.0f : (m[i] == neg_inf ? 0.0f : fast_exp2(m[i] - m_new));
+      m[i] = m_new;
+      m_use[i] = m_new == neg_inf ? 0.0f : m_new;
       l[i] *= alpha[i];
     }
 #pragma unroll
@@ -147,8 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float mi = m[e >> 1];
-        const float pij = mi == neg_inf ? 0.0f : fast_exp2(s[nt][e] - mi);
+        const float pij = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -m_use[e >> 1]));
         s[nt][e] = pij;
         l[e >> 1] += pij;
       }
