@@ -210,7 +210,8 @@ private:
     const int32_t split = hooks_.split_keys > 0 ? hooks_.split_keys : FOLD_DECODE_SPLIT_KEYS;
     n_.assign(static_cast<size_t>(G_) * D_, 0.0f);
     t_.assign(G_, 0.0f);
-    std::vector<float> ns(static_cast<size_t>(G_) * D_), ts(G_), cut(G_), v(D_);
+    t_lse_.assign(G_, 0.0f);
+    std::vector<float> ns(static_cast<size_t>(G_) * D_), ts(G_), ts_lse(G_), cut(G_), v(D_);
     std::vector<uint8_t> *verdicts = nullptr;
     if (hooks_.verdicts) {
       verdicts = &(*hooks_.verdicts)[static_cast<size_t>(b_) * c_.n_kv_heads + hk_];
@@ -221,6 +222,7 @@ private:
       const int32_t s1 = std::min(L_, s0 + split);
       std::fill(ns.begin(), ns.end(), 0.0f);
       std::fill(ts.begin(), ts.end(), 0.0f);
+      std::fill(ts_lse.begin(), ts_lse.end(), 0.0f);
       std::fill(cut.begin(), cut.end(), 0.0f);
       for (int32_t j = s0; j < s1; ++j) {
         bool live = dense, refine = dense, vref = dense && c_.v8;
@@ -266,6 +268,7 @@ private:
           const float pe = exp2_fp(sub_rn(ell, z[g]));
           const float pw = p_f16() ? round_to<f16_t>(pe) : round_to<bf16_t>(pe);
           ts[g] = add_rn(ts[g], pw);
+          ts_lse[g] = add_rn(ts_lse[g], pe);
           float *nrow = &ns[static_cast<size_t>(g) * D_];
           for (int d = 0; d < D_; ++d) nrow[d] = add_rn(nrow[d], mul_rn(pw, v[d]));
         }
@@ -275,6 +278,7 @@ private:
       for (int g = 0; g < G_; ++g) {
         ts[g] = add_rn(ts[g], cut[g]);
         t_[g] = add_rn(t_[g], ts[g]);
+        t_lse_[g] = add_rn(t_lse_[g], add_rn(ts_lse[g], cut[g]));
         for (int d = 0; d < D_; ++d) {
           const size_t i = static_cast<size_t>(g) * D_ + d;
           ns[i] = add_rn(ns[i], mul_rn(cut[g], vmean[d]));
@@ -294,9 +298,10 @@ private:
         const float o = ok ? div_rn(n_[static_cast<size_t>(g) * D_ + d], t) : 0.0f;
         store(out, g, d, std::isfinite(o) ? o : 0.0f);
       }
+      // The LSE takes the unrounded weights' total (the output needs the rounded ones).
       if (lse)
         lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] =
-            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t))) : -std::numeric_limits<float>::infinity();
+            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t_lse_[g]))) : -std::numeric_limits<float>::infinity();
       if (hooks_.z) (*hooks_.z)[static_cast<size_t>(b_) * p_.n_heads + head(g)] = z[g];
     }
   }
@@ -311,7 +316,7 @@ private:
   std::vector<float> sq_;
   std::vector<int32_t> iaa_, iba_;
   std::vector<float> sa_;
-  std::vector<float> n_, t_;
+  std::vector<float> n_, t_, t_lse_;
 };
 
 }  // namespace

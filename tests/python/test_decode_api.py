@@ -1,0 +1,281 @@
+"""FoldKVCache and fold_attn_with_kvcache: prefill and steps against float64, ragged
+lengths 1..max_len, add/release with page reuse, batch invariance, stats, and every
+validation error naming its argument."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import fold_attention as fa
+
+from decode_helpers import default_scale, floor_err, reference, rel_err, synth
+
+
+def _names(exc_info, arg):
+    return re.search(rf"(?<![\w.]){re.escape(arg)}(?!\w)", str(exc_info.value)) is not None
+
+
+def test_prefill_then_steps_match_float64():
+    B, Hkv, G, D = 3, 2, 3, 64
+    lengths = [5, 130, 260]
+    g = torch.Generator().manual_seed(0)
+    total = sum(lengths)
+    q = torch.randn(total, Hkv * G, D, generator=g).bfloat16()
+    k = torch.randn(total, Hkv, D, generator=g).bfloat16()
+    v = (torch.randn(total, Hkv, D, generator=g) + 1).bfloat16()
+    cu = torch.tensor([0, 5, 135, 395], dtype=torch.int32)
+    cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, max_len=300, depth=16)
+    out = cache.prefill(q, k, v, cu)
+    ref_prefill = fa.fold_attn_varlen_func(q, k, v, cu, causal=True)
+    assert torch.equal(out, ref_prefill)
+    assert cache.lengths.tolist() == lengths
+    ks = [k[cu[b]:cu[b + 1]] for b in range(B)]
+    vs = [v[cu[b]:cu[b + 1]] for b in range(B)]
+    for step in range(3):
+        qs = torch.randn(B, 1, Hkv * G, D, generator=g).bfloat16()
+        kst = torch.randn(B, 1, Hkv, D, generator=g).bfloat16()
+        vst = (torch.randn(B, 1, Hkv, D, generator=g) + 1).bfloat16()
+        o, lse = fa.fold_attn_with_kvcache(qs, cache, kst, vst, return_lse=True)
+        assert o.shape == (B, 1, Hkv * G, D) and lse.shape == (B, Hkv * G)
+        for b in range(B):
+            ks[b] = torch.cat([ks[b], kst[b]])
+            vs[b] = torch.cat([vs[b], vst[b]])
+            ref, ref_lse = reference(qs[b, 0], ks[b], vs[b], default_scale(D))
+            assert rel_err(o[b, 0], ref) <= 1.5 * floor_err(ref)
+            assert (lse[b].double() - ref_lse).abs().max() < 5e-4
+    assert cache.lengths.tolist() == [n + 3 for n in lengths]
+    st = cache.stats()
+    assert set(st) >= {"live_frac", "refine_frac", "v_refine_frac", "bytes_per_key"}
+    assert st["keys"] == sum(n + 3 for n in lengths) * Hkv
+
+
+def test_ragged_lengths_one_to_max_len():
+    D, Hkv, G, max_len = 64, 1, 4, 600
+    lengths = [1, 2, 63, 64, 65, 192, 193, 511, 512, 513, 599]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, max_len, seed=3)
+    cache = fa.FoldKVCache(B, G, Hkv, D, max_len=max_len, depth=12, v8=True, page_size=64)
+    for b, n in enumerate(lengths):
+        cache.add_request()
+        cache.extend(b, k[b, :n], v[b, :n])
+    knew, vnew = k[:, -1], v[:, -1]
+    out, lse = fa.fold_attn_with_kvcache(q, cache, knew, vnew, return_lse=True)
+    for b, n in enumerate(lengths):
+        ks = torch.cat([k[b, :n], knew[b:b + 1]])
+        vs = torch.cat([v[b, :n], vnew[b:b + 1]])
+        ref, ref_lse = reference(q[b], ks, vs, default_scale(D))
+        assert rel_err(out[b], ref) <= 2.0 * floor_err(ref), n
+        assert torch.isfinite(lse[b]).all()
+    assert cache.lengths.tolist() == [n + 1 for n in lengths]
+    # The longest request is now full: the next append names it.
+    with pytest.raises(ValueError, match="request 10 is full"):
+        fa.fold_attn_with_kvcache(q, cache, knew, vnew)
+    assert cache.lengths.tolist() == [n + 1 for n in lengths]  # nothing was appended
+
+
+def test_add_release_reuses_pages_without_touching_others():
+    D, H, Hkv = 64, 4, 2
+    q, k, v = synth(3, Hkv, 2, D, 400, seed=4)
+    cache = fa.FoldKVCache(3, H, Hkv, D, max_len=400, depth=16)
+    for b in range(3):
+        assert cache.add_request() == b
+        cache.extend(b, k[b, : 100 + 100 * b], v[b, : 100 + 100 * b])
+    before, lse_before = fa.fold_attn_with_kvcache(q, cache, return_lse=True)
+    freed = set(p for p in cache.page_table[1].tolist() if p >= 0)
+    cache.release(1)
+    assert cache.active == [0, 2]
+    mid, lse_mid = fa.fold_attn_with_kvcache(q, cache, return_lse=True)
+    assert torch.equal(mid[1], torch.zeros_like(mid[1])) and torch.isinf(lse_mid[1]).all()
+    for b in (0, 2):
+        assert torch.equal(mid[b].view(torch.int16), before[b].view(torch.int16))
+        assert torch.equal(lse_mid[b], lse_before[b])
+    assert cache.add_request(length=150) == 1
+    assert set(cache.page_table[1].tolist()) - {-1} <= freed  # reused pages
+    assert cache.length(1) == 0
+    cache.extend(1, k[0, :150], v[0, :150])
+    after, lse_after = fa.fold_attn_with_kvcache(q, cache, return_lse=True)
+    for b in (0, 2):
+        assert torch.equal(after[b].view(torch.int16), before[b].view(torch.int16))
+    ref, _ = reference(q[1], k[0, :150], v[0, :150], default_scale(D))
+    assert rel_err(after[1], ref) <= 1.5 * floor_err(ref)
+    with pytest.raises(ValueError, match="slots is in use"):
+        cache.add_request()
+
+
+def test_bit_identical_alone_and_in_a_batch():
+    D, H, Hkv = 128, 8, 2
+    q, k, v = synth(3, Hkv, 4, D, 1300, seed=6)
+    alone = fa.FoldKVCache(1, H, Hkv, D, max_len=1400, depth=16, v8=True)
+    alone.add_request()
+    alone.extend(0, k[1, :1300], v[1, :1300])
+    out1, lse1 = fa.fold_attn_with_kvcache(q[1:2], alone, k[1, 1300 - 1:1300], v[1, 1300 - 1:1300],
+                                           return_lse=True)
+    batch = fa.FoldKVCache(3, H, Hkv, D, max_len=1400, depth=16, v8=True)
+    for b, n in ((0, 700), (1, 1300), (2, 500)):
+        batch.add_request()
+    batch.release(0)  # shuffle the pages the requests get
+    batch.add_request()
+    for b, n in ((2, 500), (0, 700), (1, 1300)):
+        batch.extend(b, k[b, :n], v[b, :n])
+    kst, vst = k[:, 1300 - 1], v[:, 1300 - 1]
+    out3, lse3 = fa.fold_attn_with_kvcache(q, batch, kst, vst, return_lse=True)
+    assert torch.equal(out1[0].view(torch.int16), out3[1].view(torch.int16))
+    assert torch.equal(lse1[0], lse3[1])
+
+
+def test_v8_scale_grows_or_raises():
+    D = 64
+    q, k, v = synth(1, 1, 2, D, 300, seed=7, offset=0.0)
+    big = v.clone()
+    big[0, 150:] = (big[0, 150:].float() * 1000).bfloat16()
+    cache = fa.FoldKVCache(1, 2, 1, D, max_len=300, depth=None, v8=True)
+    cache.add_request()
+    cache.extend(0, k[0, :150], big[0, :150])
+    e0 = int(cache.v_exp[0, 0])
+    cache.extend(0, k[0, 150:], big[0, 150:])
+    assert int(cache.v_exp[0, 0]) >= e0 + 9
+    out = fa.fold_attn_with_kvcache(q, cache)
+    ref, _ = reference(q[0], k[0], big[0], default_scale(D))
+    assert rel_err(out[0], ref) <= 1.5 * floor_err(ref)
+    fixed = fa.FoldKVCache(1, 2, 1, D, max_len=300, v8=True, v_scale=2.0 ** -4)
+    fixed.add_request()
+    fixed.extend(0, k[0, :150], big[0, :150])
+    with pytest.raises(ValueError, match="v_scale") as info:
+        fixed.extend(0, k[0, 150:], big[0, 150:])
+    assert fixed.length(0) == 150
+
+
+def _cache(**kw):
+    args = dict(batch=2, n_heads=8, n_kv_heads=2, head_dim=64, max_len=128, depth=16)
+    args.update(kw)
+    return fa.FoldKVCache(**args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        (dict(head_dim=96), ValueError, "head_dim"),
+        (dict(n_heads=130, n_kv_heads=2), ValueError, "group size"),
+        (dict(n_heads=9), ValueError, "n_heads"),
+        (dict(page_size=100), ValueError, "page_size"),
+        (dict(page_size=32), ValueError, "page_size"),
+        (dict(max_len=0), ValueError, "max_len"),
+        (dict(depth=-1), ValueError, "depth"),
+        (dict(softmax_scale=-1.0), ValueError, "softmax_scale"),
+        (dict(refine_band=-1), ValueError, "refine_band"),
+        (dict(v_scale=1.0), ValueError, "v_scale"),
+        (dict(v8=True, v_scale=3.0), ValueError, "v_scale"),
+        (dict(dtype=torch.float32), TypeError, "dtype"),
+        (dict(device="cuda"), NotImplementedError, "CUDA"),
+        (dict(device="meta"), NotImplementedError, "meta"),
+    ],
+    ids=lambda x: ",".join(x) if isinstance(x, dict) else str(x),
+)
+def test_constructor_errors(kwargs, exc, arg):
+    with pytest.raises(exc) as info:
+        _cache(**kwargs)
+    assert arg in str(info.value), str(info.value)
+
+
+def _step_args():
+    cache = _cache()
+    cache.add_request()
+    cache.add_request()
+    q = torch.randn(2, 8, 64).bfloat16()
+    kv = torch.randn(2, 2, 64).bfloat16()
+    return cache, q, kv
+
+
+@pytest.mark.parametrize(
+    "case,exc,arg",
+    [
+        ("q_batch", ValueError, "q_step"),
+        ("q_heads", ValueError, "q_step"),
+        ("q_dim", ValueError, "q_step"),
+        ("q_seq2", ValueError, "q_step"),
+        ("q_dtype", TypeError, "q_step"),
+        ("q_list", TypeError, "q_step"),
+        ("k_only", ValueError, "v_step"),
+        ("k_shape", ValueError, "k_step"),
+        ("v_dtype", TypeError, "v_step"),
+        ("k_device", NotImplementedError, "k_step"),
+        ("k_nan", ValueError, "k_step"),
+        ("cache", TypeError, "cache"),
+        ("lse_flag", TypeError, "return_lse"),
+    ],
+)
+def test_step_errors(case, exc, arg):
+    cache, q, kv = _step_args()
+    k = v = kv
+    kwargs = {}
+    if case == "q_batch":
+        q = q[:1]
+    elif case == "q_heads":
+        q = q[:, :4]
+    elif case == "q_dim":
+        q = torch.randn(2, 8, 32).bfloat16()
+    elif case == "q_seq2":
+        q = torch.randn(2, 2, 8, 64).bfloat16()
+    elif case == "q_dtype":
+        q = q.half()
+    elif case == "q_list":
+        q = q.tolist()
+    elif case == "k_only":
+        v = None
+    elif case == "k_shape":
+        k = torch.randn(2, 3, 64).bfloat16()
+    elif case == "v_dtype":
+        v = kv.half()
+    elif case == "k_device":
+        k = kv.to("meta")
+    elif case == "k_nan":
+        k = kv.clone()
+        k[1, 0, 3] = float("nan")
+    elif case == "cache":
+        cache = object()
+    elif case == "lse_flag":
+        kwargs["return_lse"] = "yes"
+    with pytest.raises(exc) as info:
+        fa.fold_attn_with_kvcache(q, cache, k, v, **kwargs)
+    assert arg in str(info.value), str(info.value)
+    if isinstance(cache, fa.FoldKVCache):
+        assert cache.lengths.tolist() == [0, 0]  # nothing appended
+
+
+def test_cache_operation_errors():
+    cache = _cache()
+    with pytest.raises(ValueError, match="request 0 is not active"):
+        cache.release(0)
+    with pytest.raises(ValueError, match="length"):
+        cache.add_request(length=129)
+    b = cache.add_request()
+    k = torch.randn(129, 2, 64).bfloat16()
+    with pytest.raises(ValueError, match="full"):
+        cache.extend(b, k, k)
+    with pytest.raises(ValueError, match="v has 3 tokens"):
+        cache.extend(b, k[:2], k[:3])
+    with pytest.raises(TypeError, match="k has dtype"):
+        cache.extend(b, k[:2].half(), k[:2])
+    with pytest.raises(ValueError, match="request"):
+        cache.extend(5, k[:2], k[:2])
+    q = torch.randn(10, 8, 64).bfloat16()
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        cache.prefill(q, k[:10], k[:10], torch.tensor([0, 10], dtype=torch.int32))
+    with pytest.raises(ValueError, match="max_len"):
+        cache.prefill(torch.randn(130, 8, 64).bfloat16(), k[:1].expand(130, 2, 64),
+                      k[:1].expand(130, 2, 64), torch.tensor([0, 0, 130], dtype=torch.int32))
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        cache.prefill(q, k[:10], k[:10], torch.tensor([0, 5, 10], dtype=torch.int64))
+    with pytest.raises(ValueError, match="already holds"):
+        cache.extend(b, k[:2], k[:2])
+        cache.prefill_request(b, q[:2], k[:2], k[:2])
+
+
+def test_cuda_tensors_raise_not_implemented():
+    cache = _cache()
+    q = torch.randn(2, 8, 64).bfloat16().to("meta")
+    with pytest.raises(NotImplementedError, match="q_step"):
+        fa.fold_attn_with_kvcache(q, cache)
