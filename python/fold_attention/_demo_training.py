@@ -1,6 +1,8 @@
 """The main job: one attention training step through FoldAttention, checked.
 
-    python -m fold_attention.demo [--device cpu|cuda] [--seqlen N]
+    python -m fold_attention._demo_training [--device cpu|cuda] [--seqlen N]
+
+(Also the second half of `python -m fold_attention.demo`.)
 
 It runs a causal GQA forward and backward, compares out/dQ/dK/dV against a float64
 reference (next to torch's own SDPA in the same dtype), and checks the product promise:

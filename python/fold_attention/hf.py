@@ -11,17 +11,21 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
   keyword transformers passes, or position ids that restart at 0, become ``cu_seqlens``;
 - a 2-D padding mask: the real tokens are gathered into a packed batch and scattered back.
 Attention dropout, sliding windows, soft-capping and sinks are not supported and raise.
-Generation with a KV cache (fewer queries than keys) goes through FoldKVCache, not here.
+Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
+to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
+then attends each new token with fold_attn_with_kvcache.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .decode import FoldKVCache, fold_attn_with_kvcache
 from .training import fold_attn_func, fold_attn_varlen_func
 
 NAME = "fold"
-__all__ = ["NAME", "register", "fold_attention_forward", "fold_attention_mask"]
+__all__ = ["NAME", "register", "fold_attention_forward", "fold_attention_mask", "FoldLayerCaches",
+           "generate"]
 
 
 def _require_transformers():
@@ -75,6 +79,9 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
         raise NotImplementedError("attn_implementation='fold' does not return attention weights")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (B, S, H, D)
+    caches = kwargs.get("fold_caches")
+    if caches is not None:
+        return caches.attend(module, q, k, v, scaling), None
     batch, q_len = q.shape[0], q.shape[1]
     if k.shape[1] != q_len:
         raise NotImplementedError(
@@ -132,3 +139,73 @@ def register(name: str = NAME) -> str:
     AttentionMaskInterface.register(name, fold_attention_mask)
     _registered = True
     return name
+
+
+class FoldLayerCaches:
+    """One FoldKVCache per attention layer of a transformers model, for generation.
+
+    A forward with more than one token prefills (all requests with the same prompt length);
+    a forward with one token appends it and attends over each layer's cache.
+    """
+
+    def __init__(self, config, batch, max_len, depth=16, v8=False, dtype=torch.bfloat16,
+                 device="cpu", **cache_kwargs):
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.dtype = dtype
+        self.layers = [
+            FoldKVCache(batch, config.num_attention_heads, config.num_key_value_heads, head_dim,
+                        max_len, depth=depth, v8=v8, dtype=dtype, device=device, **cache_kwargs)
+            for _ in range(config.num_hidden_layers)
+        ]
+
+    def attend(self, module, q, k, v, scaling):
+        """q (B, S, H, D), k/v (B, S, Hkv, D) of one layer's new tokens -> (B, S, H, D)."""
+        cache = self.layers[module.layer_idx]
+        if scaling is not None and abs(scaling - cache.softmax_scale) > 1e-6 * cache.softmax_scale:
+            raise ValueError(f"FoldLayerCaches: the layer's scaling {scaling} differs from the "
+                             f"cache's softmax_scale {cache.softmax_scale}")
+        dtype = q.dtype
+        q, k, v = (x.to(self.dtype) for x in (q, k, v))
+        batch, seq = q.shape[0], q.shape[1]
+        if seq == 1:
+            out = fold_attn_with_kvcache(q[:, 0], cache, k[:, 0], v[:, 0]).unsqueeze(1)
+        else:
+            cu = torch.arange(0, (batch + 1) * seq, seq, dtype=torch.int32)
+            flat = (x.reshape(batch * seq, *x.shape[2:]) for x in (q, k, v))
+            out = cache.prefill(*flat, cu).reshape(batch, seq, *q.shape[2:])
+        return out.to(dtype)
+
+    def stats(self) -> dict:
+        """Mean over layers of each FoldKVCache's last-step statistics."""
+        rows = [c.stats() for c in self.layers]
+        keys = ("live_frac", "refine_frac", "v_refine_frac", "bytes_per_key")
+        return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
+
+
+@torch.no_grad()
+def generate(model, input_ids, max_new_tokens, depth=16, v8=False, forced=None, **cache_kwargs):
+    """Greedy generation through FoldKVCache (one per layer).
+
+    Returns (tokens (B, max_new_tokens), logits (B, max_new_tokens, vocab) of each step,
+    stats of the last step). With ``forced`` (B, max_new_tokens) the given tokens are fed
+    instead of the argmax (teacher forcing), to compare two configurations step by step.
+    """
+    register()
+    model.config._attn_implementation = NAME
+    batch, prompt = input_ids.shape
+    caches = FoldLayerCaches(model.config, batch, prompt + max_new_tokens, depth=depth, v8=v8,
+                             device=input_ids.device, **cache_kwargs)
+    positions = torch.arange(prompt, device=input_ids.device).expand(batch, prompt)
+    logits = model(input_ids, position_ids=positions, use_cache=False,
+                   fold_caches=caches).logits[:, -1].float()
+    tokens, step_logits = [], []
+    for i in range(max_new_tokens):
+        step_logits.append(logits)
+        nxt = logits.argmax(-1) if forced is None else forced[:, i]
+        tokens.append(nxt)
+        if i + 1 == max_new_tokens:
+            break
+        pos = torch.full((batch, 1), prompt + i, device=input_ids.device)
+        logits = model(nxt[:, None], position_ids=pos, use_cache=False,
+                       fold_caches=caches).logits[:, -1].float()
+    return torch.stack(tokens, 1), torch.stack(step_logits, 1), caches.stats()
