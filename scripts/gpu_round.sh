@@ -2,16 +2,18 @@
 # One GPU round, on the GPU machine, in one go: SASS check, C++ tests, GPU pytest, the
 # compute-sanitizer checks, then the benchmarks. Expects .gpu/ from build_gpu_bundle.sh
 # (and optionally wheels in .whl/). Writes logs to $OUT (or ./gpu-out) and prints a summary.
-#   usage: bash scripts/gpu_round.sh [--no-bench] [--bench-args "..."]
+#   usage: bash scripts/gpu_round.sh [--no-bench] [--gpu-tests-only] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 bench=1
+all_tests=1
 bench_args="--quick"
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
+    --gpu-tests-only) all_tests=0 ;;
     --bench-args) bench_args="$2"; shift ;;
   esac
   shift
@@ -39,7 +41,7 @@ step sass bash -c "cuobjdump --dump-sass .gpu/libfold_attention.so > '$out/sass.
   grep -oE '(LDG\.E\.128|LDG\.E[^ ;]*|HGMMA[^ ;]*|QGMMA[^ ;]*|ATOMG[^ ;]*|RED[^ ;]*|STL|LDL)' '$out/sass.txt' | sort | uniq -c"
 step cpp_tests .gpu/fold_tests
 step pytest_gpu python3 -m pytest -x -q -m gpu tests/python
-step pytest_all python3 -m pytest -q tests/python
+[ "$all_tests" = 1 ] && step pytest_all python3 -m pytest -q tests/python
 if command -v compute-sanitizer >/dev/null; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/gpu_smoke.py
   step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/gpu_smoke.py
