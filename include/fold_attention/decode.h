@@ -9,7 +9,7 @@
  *   v          dtype  [num_pages, n_kv_heads, page_size, head_dim]  (v8 == 0)
  *   v_a, v_b   uint8  [num_pages, n_kv_heads, page_size, head_dim]  E4M3 planes (v8 == 1)
  *   v_exp      int32  [batch, n_kv_heads]                           v8: V scale 2^v_exp
- *   v_sum      float  [batch, n_kv_heads, head_dim]                 running sum of V
+ *   v_page_sum float  [num_pages, n_kv_heads, head_dim]             sum of V over each page's tokens
  *   page_table int32  [batch, pages_per_request]                    pool page of each page
  *   lengths    int32  [batch]                                       tokens; -1: free slot
  * Token t of request b is row t % page_size of page page_table[b][t / page_size]. The
@@ -48,7 +48,7 @@ typedef struct fold_kvcache {
   uint8_t *v_a;
   uint8_t *v_b;
   int32_t *v_exp;
-  float *v_sum;
+  float *v_page_sum;
   int32_t *page_table;
   int32_t *lengths;
 } fold_kvcache_t;
@@ -75,7 +75,7 @@ typedef struct fold_decode_stats {
 
 /* Appends n_tokens tokens to request `request` (lengths[request] >= 0) from k, v:
  * [n_tokens, n_kv_heads, head_dim] of cache->dtype (token_stride, head_stride used):
- * quantises, updates v_sum (and v_exp, re-scaling the request's planes if a value would
+ * quantises, updates v_page_sum (and v_exp, re-scaling the request's planes if a value would
  * exceed E4M3), and advances lengths[request]. Nothing is written if any check fails. */
 FOLD_API fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request,
                                                int32_t n_tokens, fold_tensor_t k,

@@ -47,7 +47,7 @@ class FoldKVCacheDesc(ctypes.Structure):
         ("v_a", ctypes.c_void_p),
         ("v_b", ctypes.c_void_p),
         ("v_exp", ctypes.c_void_p),
-        ("v_sum", ctypes.c_void_p),
+        ("v_page_sum", ctypes.c_void_p),
         ("page_table", ctypes.c_void_p),
         ("lengths", ctypes.c_void_p),
     ]

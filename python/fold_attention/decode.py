@@ -4,8 +4,8 @@ A FoldKVCache owns one layer's paged cache: K Hadamard-rotated as two int8 plane
 one scale per key, V as bf16/fp16 or (v8) two E4M3 planes under a per-request power-of-two
 scale. fold_attn_with_kvcache optionally appends one token per request, then attends over
 the cache with a declared per-row reference Z: keys whose coarse (plane-A) weight is more
-than `depth` binades below Z are cut, their mass kept in the denominator and mass x mean(V)
-in the numerator. The rules are specified in notes/decode.md. CPU tensors run the C++
+than `depth` binades below Z are cut, their mass kept in the denominator and mass x the mean V of
+their page in the numerator. The rules are specified in notes/decode.md. CPU tensors run the C++
 reference of that algorithm; the CUDA kernels are not in this build yet.
 
 Request slots: the cache has `batch` slots. A slot is free until prefill (slots
@@ -178,7 +178,7 @@ class FoldKVCache:
             self.v = torch.zeros((P, Hk, S, D), dtype=dtype, device=dev)
             self.v_a = self.v_b = None
         self.v_exp = torch.full((self.batch, Hk), self._initial_v_exp(), dtype=torch.int32, device=dev)
-        self.v_sum = torch.zeros((self.batch, Hk, D), dtype=torch.float32, device=dev)
+        self.v_page_sum = torch.zeros((P, Hk, D), dtype=torch.float32, device=dev)
         self.page_table = torch.full((self.batch, self.pages_per_request), -1, dtype=torch.int32, device=dev)
         self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
         # Free pages, popped from the end: a released request's pages are the next reused.
@@ -209,7 +209,7 @@ class FoldKVCache:
             v_a=_ptr(self.v_a),
             v_b=_ptr(self.v_b),
             v_exp=_ptr(self.v_exp),
-            v_sum=_ptr(self.v_sum),
+            v_page_sum=_ptr(self.v_page_sum),
             page_table=_ptr(self.page_table),
             lengths=_ptr(self.lengths),
         )
@@ -232,7 +232,6 @@ class FoldKVCache:
 
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
-        self.v_sum[b].zero_()
         self.v_exp[b].fill_(self._initial_v_exp())
 
     @property
@@ -271,7 +270,6 @@ class FoldKVCache:
         self._free_pages.extend(reversed(pages))
         row.fill_(-1)
         self.lengths[b] = -1
-        self.v_sum[b].zero_()
         self.v_exp[b].fill_(self._initial_v_exp())
 
     def reset(self) -> None:

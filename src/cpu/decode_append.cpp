@@ -133,10 +133,13 @@ void commit_append(const fold_kvcache_t &c, const AppendPlan &plan) {
       const size_t src = (static_cast<size_t>(i) * Hk + h) * D;
       const int64_t r = key_row(c, page, h, t % c.page_size);
       c.k_scale[r] = decode::quantise_row(&plan.k_rot[src], D, c.k_a + r * D, c.k_b + r * D);
-      float *sum = c.v_sum + (static_cast<int64_t>(b) * Hk + h) * D;
+      // The page's V sum, in token order; the page's first token starts it afresh (a
+      // page reused from a released request needs no clearing).
+      float *sum = c.v_page_sum + (static_cast<int64_t>(page) * Hk + h) * D;
+      const bool first = t % c.page_size == 0;
       for (int d = 0; d < D; ++d) {
         const float v = plan.v[src + d];
-        sum[d] = decode::add_rn(sum[d], v);
+        sum[d] = first ? v : decode::add_rn(sum[d], v);
         if (c.v8) {
           // An unset exponent here means every value so far is zero: any exponent stores it.
           const int x = plan.v_exp[h] == decode::kVExpUnset ? 0 : plan.v_exp[h];

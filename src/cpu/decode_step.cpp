@@ -1,7 +1,7 @@
 // One decode step of the CPU reference: per (request, KV head) group, the front (quantise
 // the group's query rows, score the reference sample, Z per row), the decode (plane-A
 // screen, live/refine verdicts OR-ed over the group, final weights, cut mass into the
-// denominator and mass x mean(V) into the numerator, per split of kSplitKeys keys), the
+// denominator and mass x its page's mean V into the numerator, per split of kSplitKeys keys), the
 // additive combine in split order, and the guard. notes/decode.md states the rules.
 //
 // Invariant: a group's result depends only on its request's cache and queries. Groups are
@@ -89,6 +89,11 @@ class Group {
     return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * c_.page_size + j % c_.page_size;
   }
   int head(int g) const { return hk_ * G_ + g; }
+  // Offset of key j's page V sum in v_page_sum.
+  int64_t page_sum_offset(int32_t j) const {
+    const int32_t page = c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
+    return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * D_;
+  }
   // Whether P is an fp16 operand (an fp16 cache without v8) rather than bf16.
   bool p_f16() const { return c_.dtype == FOLD_DTYPE_F16 && !c_.v8; }
 
@@ -199,9 +204,6 @@ private:
       thr_ref[g] = sub_rn(z[g], p_.refine_band);
       thr_vref[g] = sub_rn(z[g], p_.v_refine_band);
     }
-    std::vector<float> vmean(D_);
-    const float *vsum = c_.v_sum + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * D_;
-    for (int d = 0; d < D_; ++d) vmean[d] = div_rn(vsum[d], static_cast<float>(L_));
     int32_t vexp = 0;
     if (c_.v8) {
       vexp = c_.v_exp[static_cast<int64_t>(b_) * c_.n_kv_heads + hk_];
@@ -212,6 +214,7 @@ private:
     t_.assign(G_, 0.0f);
     t_lse_.assign(G_, 0.0f);
     std::vector<float> ns(static_cast<size_t>(G_) * D_), ts(G_), ts_lse(G_), cut(G_), v(D_);
+    std::vector<float> cut_n(static_cast<size_t>(G_) * D_), cut_t(G_), vmean(D_);
     std::vector<uint8_t> *verdicts = nullptr;
     if (hooks_.verdicts) {
       verdicts = &(*hooks_.verdicts)[static_cast<size_t>(b_) * c_.n_kv_heads + hk_];
@@ -224,7 +227,28 @@ private:
       std::fill(ts.begin(), ts.end(), 0.0f);
       std::fill(ts_lse.begin(), ts_lse.end(), 0.0f);
       std::fill(cut.begin(), cut.end(), 0.0f);
+      std::fill(cut_n.begin(), cut_n.end(), 0.0f);
+      std::fill(cut_t.begin(), cut_t.end(), 0.0f);
+      bool any_cut = false;
+      // Cut mass goes out per page: mass x the page's mean V (its tokens so far).
+      auto flush_page = [&](int32_t j_last) {
+        if (!any_cut) return;
+        any_cut = false;
+        const int32_t first = j_last - j_last % c_.page_size;
+        const int32_t count = std::min(c_.page_size, L_ - first);
+        const float *sum = c_.v_page_sum + page_sum_offset(j_last);
+        for (int d = 0; d < D_; ++d) vmean[d] = div_rn(sum[d], static_cast<float>(count));
+        for (int g = 0; g < G_; ++g) {
+          cut_t[g] = add_rn(cut_t[g], cut[g]);
+          for (int d = 0; d < D_; ++d) {
+            const size_t i = static_cast<size_t>(g) * D_ + d;
+            cut_n[i] = add_rn(cut_n[i], mul_rn(cut[g], vmean[d]));
+          }
+          cut[g] = 0.0f;
+        }
+      };
       for (int32_t j = s0; j < s1; ++j) {
+        if (j > s0 && j % c_.page_size == 0) flush_page(j - 1);
         bool live = dense, refine = dense, vref = dense && c_.v8;
         for (int g = 0; g < G_ && !dense; ++g) {
           const float sa = sa_[static_cast<size_t>(g) * L_ + j];
@@ -238,6 +262,7 @@ private:
         cnt.bytes += D_ + 2.0;
         if (verdicts) (*verdicts)[j] = static_cast<uint8_t>((live ? 1 : 0) | (refine ? 2 : 0) | (vref ? 4 : 0));
         if (!live) {
+          any_cut = true;
           for (int g = 0; g < G_; ++g)
             cut[g] = add_rn(cut[g], exp2_fp(sub_rn(sa_[static_cast<size_t>(g) * L_ + j], z[g])));
           continue;
@@ -273,15 +298,16 @@ private:
           for (int d = 0; d < D_; ++d) nrow[d] = add_rn(nrow[d], mul_rn(pw, v[d]));
         }
       }
-      // Cut keys: their mass joins the denominator and mass x mean(V) the numerator, so the
-      // split's partial is final; then the combine adds it (split order).
+      flush_page(s1 - 1);
+      // Cut keys: their mass joins the denominator and mass x page mean(V) the numerator,
+      // so the split's partial is final; then the combine adds it (split order).
       for (int g = 0; g < G_; ++g) {
-        ts[g] = add_rn(ts[g], cut[g]);
+        ts[g] = add_rn(ts[g], cut_t[g]);
         t_[g] = add_rn(t_[g], ts[g]);
-        t_lse_[g] = add_rn(t_lse_[g], add_rn(ts_lse[g], cut[g]));
+        t_lse_[g] = add_rn(t_lse_[g], add_rn(ts_lse[g], cut_t[g]));
         for (int d = 0; d < D_; ++d) {
           const size_t i = static_cast<size_t>(g) * D_ + d;
-          ns[i] = add_rn(ns[i], mul_rn(cut[g], vmean[d]));
+          ns[i] = add_rn(ns[i], cut_n[i]);
           n_[i] = add_rn(n_[i], ns[i]);
         }
       }

@@ -29,7 +29,7 @@ struct Cache {
   std::vector<bf16_t> v;
   std::vector<uint8_t> va, vb;
   std::vector<int32_t> vexp, pt, len;
-  std::vector<float> vsum;
+  std::vector<float> psum;
   int next_page = 0;
 
   Cache(int batch, int hk, int d, int maxlen, bool v8_ = false, int spare_pages = 0)
@@ -47,7 +47,7 @@ struct Cache {
       v.assign(n, bf16_t{0});
     }
     vexp.assign(static_cast<size_t>(B) * Hk, FOLD_DECODE_V_EXP_UNSET);
-    vsum.assign(static_cast<size_t>(B) * Hk * D, 0.0f);
+    psum.assign(static_cast<size_t>(P) * Hk * D, 0.0f);
     pt.assign(static_cast<size_t>(B) * ppr, -1);
     len.assign(B, -1);
   }
@@ -69,7 +69,7 @@ struct Cache {
     c.v_a = v8 ? va.data() : nullptr;
     c.v_b = v8 ? vb.data() : nullptr;
     c.v_exp = vexp.data();
-    c.v_sum = vsum.data();
+    c.v_page_sum = psum.data();
     c.page_table = pt.data();
     c.lengths = len.data();
     return c;
@@ -253,7 +253,7 @@ TEST(DecodeStep, CutKeysAreNeverRead) {
       const bool kb_free = !sampled[j];
       const int64_t r = (static_cast<int64_t>(c.pt[j / c.page]) * Hk * c.page + j % c.page) * D;
       for (int d = 0; d < D; ++d) {
-        if (!(vd & 1)) {  // cut: flip V (the mean in v_sum is left as it was)
+        if (!(vd & 1)) {  // cut: flip V (the page V sums are left as they were)
           if (v8) {
             c.va[r + d] ^= 0x80;
             c.vb[r + d] ^= 0x80;

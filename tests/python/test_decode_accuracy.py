@@ -120,3 +120,21 @@ def test_cut_keys_contribute_only_through_their_mass():
         after, lse_after = fa.fold_attn_with_kvcache(q, cache, return_lse=True)
         assert torch.equal(before.view(torch.int16), after.view(torch.int16))
         assert torch.equal(lse_before, lse_after)
+
+
+def test_cut_mass_uses_the_page_mean_of_v():
+    """V constant over each page (a different vector per page): a cut key's value is its
+    page's mean exactly, so even a shallow depth stays near the floor. (With one mean per
+    request the error would be that of replacing V by the global mean.)"""
+    D, L, page = 64, 1024, 64
+    q, k, _ = synth(1, 1, 4, D, L, seed=13, tail=1.0)
+    g = torch.Generator().manual_seed(14)
+    per_page = torch.randn(L // page, 1, D, generator=g) * 2
+    v = per_page.repeat_interleave(page, 0)[None].bfloat16()
+    ref, _ = reference(q[0], k[0], v[0], default_scale(D))
+    cache = filled_cache(k, v, [L], 4, depth=4.0, page_size=page)
+    out = fa.fold_attn_with_kvcache(q, cache)
+    err, floor = rel_err(out[0], ref), floor_err(ref)
+    print(f"\npage-constant V, depth 4: {err / floor:.2f} x floor, live {cache.stats()['live_frac']:.3f}")
+    assert cache.stats()["live_frac"] < 0.5
+    assert err <= 2.0 * floor
