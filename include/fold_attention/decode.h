@@ -10,6 +10,8 @@
  *   v_a, v_b   uint8  [num_pages, n_kv_heads, page_size, head_dim]  E4M3 planes (v8 == 1)
  *   v_exp      int32  [batch, n_kv_heads]                           v8: V scale 2^v_exp
  *   v_page_sum float  [num_pages, n_kv_heads, head_dim]             sum of V over each page's tokens
+ *   heavy_keys int32  [batch, n_kv_heads, FOLD_DECODE_HEAVY_KEYS]   keys with the largest K
+ *                                                                   scales (-1: none yet)
  *   page_table int32  [batch, pages_per_request]                    pool page of each page
  *   lengths    int32  [batch]                                       tokens; -1: free slot
  * Token t of request b is row t % page_size of page page_table[b][t / page_size]. The
@@ -27,6 +29,8 @@ extern "C" {
 
 /* Keys per decode split (fixed: a request's bits never depend on its batch). */
 #define FOLD_DECODE_SPLIT_KEYS 512
+/* Keys per request and KV head that the reference sample always scores (largest scales). */
+#define FOLD_DECODE_HEAVY_KEYS 8
 /* v8: marker of a request/head whose V exponent is not chosen yet. */
 #define FOLD_DECODE_V_EXP_UNSET (-1000)
 
@@ -49,6 +53,7 @@ typedef struct fold_kvcache {
   uint8_t *v_b;
   int32_t *v_exp;
   float *v_page_sum;
+  int32_t *heavy_keys;
   int32_t *page_table;
   int32_t *lengths;
 } fold_kvcache_t;

@@ -23,6 +23,7 @@ __all__ = [
 
 # Mirrors of the header's macros.
 SPLIT_KEYS = 512
+HEAVY_KEYS = 8
 V_EXP_UNSET = -1000
 
 
@@ -48,6 +49,7 @@ class FoldKVCacheDesc(ctypes.Structure):
         ("v_b", ctypes.c_void_p),
         ("v_exp", ctypes.c_void_p),
         ("v_page_sum", ctypes.c_void_p),
+        ("heavy_keys", ctypes.c_void_p),
         ("page_table", ctypes.c_void_p),
         ("lengths", ctypes.c_void_p),
     ]

@@ -24,6 +24,7 @@ import torch
 from . import _lib
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
+    HEAVY_KEYS,
     V_EXP_UNSET,
     FoldDecodeParams,
     FoldDecodeStats,
@@ -179,6 +180,7 @@ class FoldKVCache:
             self.v_a = self.v_b = None
         self.v_exp = torch.full((self.batch, Hk), self._initial_v_exp(), dtype=torch.int32, device=dev)
         self.v_page_sum = torch.zeros((P, Hk, D), dtype=torch.float32, device=dev)
+        self.heavy_keys = torch.full((self.batch, Hk, HEAVY_KEYS), -1, dtype=torch.int32, device=dev)
         self.page_table = torch.full((self.batch, self.pages_per_request), -1, dtype=torch.int32, device=dev)
         self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
         # Free pages, popped from the end: a released request's pages are the next reused.
@@ -210,6 +212,7 @@ class FoldKVCache:
             v_b=_ptr(self.v_b),
             v_exp=_ptr(self.v_exp),
             v_page_sum=_ptr(self.v_page_sum),
+            heavy_keys=_ptr(self.heavy_keys),
             page_table=_ptr(self.page_table),
             lengths=_ptr(self.lengths),
         )
@@ -232,6 +235,7 @@ class FoldKVCache:
 
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
+        self.heavy_keys[b].fill_(-1)
         self.v_exp[b].fill_(self._initial_v_exp())
 
     @property
@@ -270,6 +274,7 @@ class FoldKVCache:
         self._free_pages.extend(reversed(pages))
         row.fill_(-1)
         self.lengths[b] = -1
+        self.heavy_keys[b].fill_(-1)
         self.v_exp[b].fill_(self._initial_v_exp())
 
     def reset(self) -> None:

@@ -30,8 +30,8 @@ void check_cache(const fold_kvcache_t *c) {
   if (!c->k_a || !c->k_b || !c->k_scale) fail("cache K planes (k_a, k_b, k_scale) must be non-NULL");
   if (c->v8 ? (!c->v_a || !c->v_b || !c->v_exp) : !c->v)
     fail(c->v8 ? "cache->v_a, v_b and v_exp must be non-NULL when v8" : "cache->v is NULL");
-  if (!c->v_page_sum || !c->page_table || !c->lengths)
-    fail("cache->v_page_sum, page_table and lengths must be non-NULL");
+  if (!c->v_page_sum || !c->heavy_keys || !c->page_table || !c->lengths)
+    fail("cache->v_page_sum, heavy_keys, page_table and lengths must be non-NULL");
   for (int b = 0; b < c->batch; ++b)
     if (c->lengths[b] < -1 || c->lengths[b] > c->max_len)
       fail("cache->lengths[" + std::to_string(b) + "] = " + std::to_string(c->lengths[b]) +

@@ -10,6 +10,7 @@
 #include "cpu/rows.h"
 #include "decode/decode_cpu.h"
 #include "decode/planes.h"
+#include "decode/reference_z.h"
 #include "decode/v8_planes.h"
 
 namespace fold::cpu {
@@ -115,6 +116,21 @@ void rescale_v8(const fold_kvcache_t &c, int32_t b, int hk, int32_t L, int from,
   }
 }
 
+// The request's heavy-key list: the kHeavyKeys keys with the largest scale bits (positive
+// bf16 bits order like their values), ties to the older key, sorted that way. A new key
+// enters if it beats the last entry (or an entry is empty).
+void update_heavy(const fold_kvcache_t &c, int32_t b, int h, int32_t t, uint16_t scale) {
+  int32_t *list = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + h) * decode::kHeavyKeys;
+  auto scale_of = [&](int32_t j) {
+    return c.k_scale[key_row(c, page_of(c, b, j), h, j % c.page_size)];
+  };
+  int pos = decode::kHeavyKeys;
+  while (pos > 0 && (list[pos - 1] < 0 || scale_of(list[pos - 1]) < scale)) --pos;
+  if (pos == decode::kHeavyKeys) return;
+  for (int i = decode::kHeavyKeys - 1; i > pos; --i) list[i] = list[i - 1];
+  list[pos] = t;
+}
+
 }  // namespace
 
 void commit_append(const fold_kvcache_t &c, const AppendPlan &plan) {
@@ -133,6 +149,7 @@ void commit_append(const fold_kvcache_t &c, const AppendPlan &plan) {
       const size_t src = (static_cast<size_t>(i) * Hk + h) * D;
       const int64_t r = key_row(c, page, h, t % c.page_size);
       c.k_scale[r] = decode::quantise_row(&plan.k_rot[src], D, c.k_a + r * D, c.k_b + r * D);
+      update_heavy(c, b, h, t, c.k_scale[r]);
       // The page's V sum, in token order; the page's first token starts it afresh (a
       // page reused from a released request needs no clearing).
       float *sum = c.v_page_sum + (static_cast<int64_t>(page) * Hk + h) * D;

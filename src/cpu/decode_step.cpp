@@ -52,7 +52,7 @@ class Group {
     score();
     std::vector<float> z(G_);
     ZSample plan;
-    plan_reference_sample(L_, plan);
+    plan_reference_sample(L_, plan, c_.heavy_keys + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * kHeavyKeys);
     std::vector<float> s(plan.n);
     for (int g = 0; g < G_; ++g) {
       for (int i = 0; i < plan.n; ++i) s[i] = fine(g, plan.key[i]);
@@ -234,6 +234,7 @@ private:
       auto flush_page = [&](int32_t j_last) {
         if (!any_cut) return;
         any_cut = false;
+        cnt.bytes += 4.0 * D_;  // the page's V sum
         const int32_t first = j_last - j_last % c_.page_size;
         const int32_t count = std::min(c_.page_size, L_ - first);
         const float *sum = c_.v_page_sum + page_sum_offset(j_last);

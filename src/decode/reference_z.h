@@ -7,9 +7,14 @@
 // Sample of a request of L keys (slot order is part of the spec, it fixes the sum's order):
 //   slot 0            key 0 (attention sinks live there)
 //   next              the newest min(63, L - 1) keys, ascending (the appended key included)
-//   middle keys [1, L - 63): m = L - 64 of them when L > 64
+//   next              the request's heavy keys (up to kHeavyKeys: the keys with the largest
+//                     K scales so far, kept by the cache writer) that lie in the middle,
+//                     in list order: high-norm keys are where a needle the strata miss
+//                     usually is
+//   middle keys [1, L - 63): m = L - 64 of them when L > 64 (heavy keys skipped below)
 //     m <= 128:       every middle key, ascending, counted once (Z is then the exact LSE)
-//     m  > 128:       128 stratum samples, key 1 + floor((2i + 1) m / 256), i = 0..127.
+//     m  > 128:       128 stratum samples, key 1 + floor((2i + 1) m / 256), i = 0..127,
+//                     moved to the next key while it is a heavy key (and still middle).
 // Weights: exact slots 1. Stratum samples stand for m / 128 keys each, except the
 // kZTopUnweighted largest (by value, then lower slot), which count once: a sample that hits a
 // heavy key must not be multiplied by the stride or Z overshoots. The other 124 carry
@@ -30,6 +35,7 @@ constexpr int kZNewest = 63;
 constexpr int kZStrata = 128;
 constexpr int kZTopUnweighted = 4;
 constexpr int kZSlots = 256;
+constexpr int kHeavyKeys = 8;  // FOLD_DECODE_HEAVY_KEYS
 
 struct ZSample {
   int n = 0;                 // slots used
@@ -38,7 +44,14 @@ struct ZSample {
   int32_t key[kZSlots];      // key index of each slot
 };
 
-FOLD_HD void plan_reference_sample(int32_t L, ZSample &z) {
+FOLD_HD bool is_heavy(const int32_t *heavy, int32_t j) {
+  for (int i = 0; i < kHeavyKeys; ++i)
+    if (heavy != nullptr && heavy[i] == j) return true;
+  return false;
+}
+
+// heavy: the request's kHeavyKeys list (-1 = empty entry) or nullptr.
+FOLD_HD void plan_reference_sample(int32_t L, ZSample &z, const int32_t *heavy = nullptr) {
   z.n = 0;
   z.stratum_weight = 1.0f;
   if (L <= 0) {
@@ -48,15 +61,22 @@ FOLD_HD void plan_reference_sample(int32_t L, ZSample &z) {
   z.key[z.n++] = 0;
   const int32_t newest_lo = L - kZNewest > 1 ? L - kZNewest : 1;
   for (int32_t j = newest_lo; j < L; ++j) z.key[z.n++] = j;
+  if (heavy != nullptr)
+    for (int i = 0; i < kHeavyKeys; ++i)
+      if (heavy[i] >= 1 && heavy[i] < newest_lo) z.key[z.n++] = heavy[i];
   const int32_t m = newest_lo - 1;  // middle keys [1, newest_lo)
   if (m <= kZStrata) {
-    for (int32_t j = 1; j < newest_lo; ++j) z.key[z.n++] = j;
+    for (int32_t j = 1; j < newest_lo; ++j)
+      if (!is_heavy(heavy, j)) z.key[z.n++] = j;
     z.first_stratum = z.n;
     return;
   }
   z.first_stratum = z.n;
-  for (int i = 0; i < kZStrata; ++i)
-    z.key[z.n++] = 1 + static_cast<int32_t>((static_cast<int64_t>(2 * i + 1) * m) / (2 * kZStrata));
+  for (int i = 0; i < kZStrata; ++i) {
+    int32_t j = 1 + static_cast<int32_t>((static_cast<int64_t>(2 * i + 1) * m) / (2 * kZStrata));
+    while (is_heavy(heavy, j) && j + 1 < newest_lo) ++j;
+    z.key[z.n++] = j;
+  }
   z.stratum_weight = div_rn(static_cast<float>(m - kZTopUnweighted),
                             static_cast<float>(kZStrata - kZTopUnweighted));
 }

@@ -217,6 +217,22 @@ TEST(ReferenceZ, SamplePlan) {
   EXPECT_FLOAT_EQ(z.stratum_weight, (10000 - 64 - 4) / 124.0f);
 }
 
+TEST(ReferenceZ, HeavyKeysAreScoredOnceAndExactly) {
+  const int32_t heavy[kHeavyKeys] = {500, 7, 9990, 40, -1, -1, -1, -1};
+  ZSample z;
+  plan_reference_sample(10000, z, heavy);  // 9990 is among the newest: not repeated
+  EXPECT_EQ(z.n, 1 + 63 + 3 + 128);
+  std::vector<int> seen(10000, 0);
+  for (int i = 0; i < z.n; ++i) seen[z.key[i]]++;
+  for (int j : {0, 500, 7, 40, 9990}) EXPECT_EQ(seen[j], 1) << j;
+  for (int i = z.first_stratum; i < z.n; ++i) EXPECT_FALSE(is_heavy(heavy, z.key[i]));
+  plan_reference_sample(150, z, heavy);  // small: every key once, heavy ones included
+  EXPECT_EQ(z.n, 150);
+  std::vector<int> once(150, 0);
+  for (int i = 0; i < z.n; ++i) once[z.key[i]]++;
+  for (int j = 0; j < 150; ++j) EXPECT_EQ(once[j], 1) << j;
+}
+
 TEST(ReferenceZ, EstimatesTheLse) {
   // Flat logits: Z equals log2(L) + s within a small fraction of a binade.
   ZSample z;

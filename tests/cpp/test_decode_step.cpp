@@ -3,6 +3,7 @@
 // and the C ABI's validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +31,7 @@ struct Cache {
   std::vector<uint8_t> va, vb;
   std::vector<int32_t> vexp, pt, len;
   std::vector<float> psum;
+  std::vector<int32_t> heavy;
   int next_page = 0;
 
   Cache(int batch, int hk, int d, int maxlen, bool v8_ = false, int spare_pages = 0)
@@ -48,6 +50,7 @@ struct Cache {
     }
     vexp.assign(static_cast<size_t>(B) * Hk, FOLD_DECODE_V_EXP_UNSET);
     psum.assign(static_cast<size_t>(P) * Hk * D, 0.0f);
+    heavy.assign(static_cast<size_t>(B) * Hk * FOLD_DECODE_HEAVY_KEYS, -1);
     pt.assign(static_cast<size_t>(B) * ppr, -1);
     len.assign(B, -1);
   }
@@ -70,6 +73,7 @@ struct Cache {
     c.v_b = v8 ? vb.data() : nullptr;
     c.v_exp = vexp.data();
     c.v_page_sum = psum.data();
+    c.heavy_keys = heavy.data();
     c.page_table = pt.data();
     c.lengths = len.data();
     return c;
@@ -244,7 +248,7 @@ TEST(DecodeStep, CutKeysAreNeverRead) {
     // The reference sample's keys are read with both K planes by the front, whatever
     // their verdict: their plane B stays.
     fold::decode::ZSample zs;
-    fold::decode::plan_reference_sample(L, zs);
+    fold::decode::plan_reference_sample(L, zs, c.heavy.data());
     std::vector<bool> sampled(L, false);
     for (int i = 0; i < zs.n; ++i) sampled[zs.key[i]] = true;
     int cut = 0, plain = 0, vplain = 0;
@@ -316,6 +320,32 @@ TEST(DecodeStep, BitIdenticalAloneAndInAnyBatch) {
   ASSERT_EQ(std::memcmp(s1.out.data(), &s3.out[H * D], H * D * 2), 0);
   ASSERT_EQ(std::memcmp(s1.lse.data(), &s3.lse[H], H * 4), 0);
   ASSERT_EQ(std::memcmp(s3.out.data(), s3b.out.data(), s3.out.size() * 2), 0);
+}
+
+TEST(DecodeStep, HeavyKeysTrackTheLargestScales) {
+  const int L = 700, H = 2, Hk = 2, D = 64;
+  const Data x = make_data(L, H, Hk, D, 61);
+  Cache c(1, Hk, D, 1024);
+  c.fill(0, std::vector<float>(x.k.begin(), x.k.begin() + 300 * Hk * D),
+         std::vector<float>(x.v.begin(), x.v.begin() + 300 * Hk * D), 300);
+  fold_kvcache_t desc = c.desc();
+  std::vector<bf16_t> kh(400 * Hk * D), vh(kh.size());
+  for (size_t i = 0; i < kh.size(); ++i) {
+    kh[i] = fold::bf16_from_float(x.k[300 * Hk * D + i]);
+    vh[i] = fold::bf16_from_float(x.v[300 * Hk * D + i]);
+  }
+  ASSERT_EQ(fold_kvcache_append_cpu(&desc, 0, 400, fold_tensor_t{kh.data(), 0, Hk * D, D},
+                                    fold_tensor_t{vh.data(), 0, Hk * D, D}),
+            FOLD_OK);
+  for (int h = 0; h < Hk; ++h) {
+    // Expected: keys sorted by scale bits (desc), then index (asc); the first eight.
+    std::vector<std::pair<int, int>> order;
+    for (int j = 0; j < L; ++j)
+      order.push_back({-static_cast<int>(c.ks[(static_cast<size_t>(c.pt[j / c.page]) * Hk + h) * c.page + j % c.page]), j});
+    std::sort(order.begin(), order.end());
+    for (int i = 0; i < FOLD_DECODE_HEAVY_KEYS; ++i)
+      EXPECT_EQ(c.heavy[h * FOLD_DECODE_HEAVY_KEYS + i], order[i].second) << h << " " << i;
+  }
 }
 
 TEST(DecodeStep, SplitsAddUp) {
