@@ -150,6 +150,11 @@ def check_cu_seqlens(cu_seqlens, total_tokens: int, device: torch.device, fn: st
     return device_copy.detach(), host, len(values) - 1, longest
 
 
+def _compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
+
+
 def _check_dim(x: torch.Tensor, name: str, ndim: int, layout: str, fn: str) -> None:
     if x.dim() != ndim:
         raise ValueError(
@@ -231,7 +236,21 @@ def validate_attention(
     if H > _INT32_MAX:
         raise ValueError(f"{fn}: {qn} has too many heads ({H})")
 
-    if varlen:
+    if varlen and _compiling():
+        # Under torch.compile the offsets are not readable on the host: the caller's
+        # max_seqlen stands in for the longest request (the kernels stay in bounds anyway:
+        # they clamp cu_seqlens on the device and walk requests of any length).
+        total = q.shape[0]
+        cu = require_tensor(cu_seqlens, "cu_seqlens", fn)
+        if cu.dtype != torch.int32 or cu.dim() != 1 or cu.device != q.device:
+            raise TypeError(f"{fn}: cu_seqlens must be a 1-D torch.int32 tensor on {q.device}")
+        if max_seqlen is None:
+            raise ValueError(f"{fn}: under torch.compile, pass max_seqlen (cu_seqlens cannot be "
+                             "read on the host while tracing)")
+        seqlen = require_int(max_seqlen, "max_seqlen", fn, minimum=0)
+        batch = cu.shape[0] - 1
+        cu_dev, cu_host = cu, (cu if cu.device.type == "cpu" else None)
+    elif varlen:
         total = q.shape[0]
         cu_dev, cu_host, batch, longest = check_cu_seqlens(cu_seqlens, total, q.device, fn)
         if max_seqlen is not None:

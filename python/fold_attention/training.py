@@ -9,7 +9,6 @@ is not differentiable: gradients flow through `out` only.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
@@ -132,37 +131,94 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
     return dq, dk, dv
 
 
-class _FoldAttention(torch.autograd.Function):
-    """out, lse = attention(q, k, v); lse is float32 (n_heads, total_tokens)."""
+# ---- torch.library custom ops -------------------------------------------------------------
+# fold_attention::fwd / ::bwd are registered custom ops with fake (meta) implementations and
+# an autograd formula, so torch.compile(fullgraph=True) traces through them without graph
+# breaks and CUDA graphs capture them (no host syncs inside; outputs and workspaces come from
+# torch's allocator; work goes to torch's current stream).
 
-    @staticmethod
-    def forward(ctx, q, k, v, spec: AttnSpec):
-        out, lse = _forward(spec, q, k, v)
-        ctx.spec = spec
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dout, _dlse):
-        # _dlse is ignored: the LSE is marked non-differentiable.
-        q, k, v, out, lse = ctx.saved_tensors
-        spec: AttnSpec = ctx.spec
-        if dout is None:
-            dout = torch.zeros_like(out)
-        layout = _cuda_layout if spec.device.type == "cuda" else abi_layout
-        dout = layout(dout, spec.varlen)
-        dq, dk, dv = _backward(spec, q, k, v, out, dout, lse)
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        return (dq if need_q else None, dk if need_k else None, dv if need_v else None, None)
+def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: float) -> AttnSpec:
+    """The AttnSpec of an already validated call, rebuilt from its tensors (no host sync)."""
+    varlen = cu_seqlens is not None
+    if varlen:
+        batch, total = cu_seqlens.shape[0] - 1, q.shape[0]
+        cu_host = cu_seqlens.contiguous() if cu_seqlens.device.type == "cpu" else None
+    else:
+        batch, seqlen, total = q.shape[0], q.shape[1], q.shape[0] * q.shape[1]
+        cu_host = None
+    return AttnSpec(
+        varlen=varlen, batch=int(batch), seqlen=int(seqlen), total_tokens=int(total),
+        n_heads=int(q.shape[-2]), n_kv_heads=int(k.shape[-2]), head_dim=int(q.shape[-1]),
+        dtype=q.dtype, device=q.device, causal=bool(causal), softmax_scale=float(softmax_scale),
+        cu_seqlens=None if cu_seqlens is None else cu_seqlens.contiguous(), cu_seqlens_host=cu_host,
+    )
+
+
+def _layout_for(device: torch.device):
+    return _cuda_layout if device.type == "cuda" else abi_layout
+
+
+@torch.library.custom_op("fold_attention::fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
+            seqlen: int, causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    layout = _layout_for(spec.device)
+    q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
+    return _forward(spec, q, k, v)
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
+    total = q.shape[0] if cu_seqlens is not None else q.shape[0] * q.shape[1]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[-2], total), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+@torch.library.custom_op("fold_attention::bwd", mutates_args=())
+def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+            dout: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor | None, seqlen: int,
+            causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    layout = _layout_for(spec.device)
+    q, k, v, out, dout = (layout(x, spec.varlen) for x in (q, k, v, out, dout))
+    return _backward(spec, q, k, v, out, dout, lse.contiguous())
+
+
+@_bwd_op.register_fake
+def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale):
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens, seqlen, causal, softmax_scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
+    ctx.options = (seqlen, causal, softmax_scale)
+    ctx.mark_non_differentiable(lse)
+
+
+def _fwd_backward(ctx, dout, _dlse):
+    # _dlse is ignored: the LSE is not differentiable.
+    q, k, v, out, lse, cu_seqlens = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options)
+    need_q, need_k, need_v = ctx.needs_input_grad[:3]
+    return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
+            None, None, None, None)
+
+
+_fwd_op.register_autograd(_fwd_backward, setup_context=_setup_context)
 
 
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     _require_backend(spec, fn)
-    layout = _cuda_layout if spec.device.type == "cuda" else abi_layout
-    q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
-    out, lse = _FoldAttention.apply(q, k, v, spec)
+    out, lse = _fwd_op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
+                       spec.causal, spec.softmax_scale)
     if not return_lse:
         return out
     if not spec.varlen:

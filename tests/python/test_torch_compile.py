@@ -1,0 +1,98 @@
+"""torch integration of the training ops: registered custom ops with fake implementations
+(opcheck), torch.compile(fullgraph=True) without graph breaks, same bits as eager."""
+
+import pytest
+import torch
+
+import fold_attention  # noqa: F401  (registers fold_attention::fwd / ::bwd)
+from fold_attention import fold_attn_func, fold_attn_varlen_func
+
+
+def _inputs(dtype=torch.bfloat16, B=2, S=40, H=4, Hkv=2, D=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, S, H, D, generator=g).to(dtype)
+    k = torch.randn(B, S, Hkv, D, generator=g).to(dtype)
+    v = torch.randn(B, S, Hkv, D, generator=g).to(dtype)
+    return q, k, v
+
+
+def test_ops_are_registered_and_pass_opcheck():
+    q, k, v = _inputs()
+    scale = 64 ** -0.5
+    torch.library.opcheck(torch.ops.fold_attention.fwd.default, (q, k, v, None, 40, True, scale))
+    out, lse = torch.ops.fold_attention.fwd(q, k, v, None, 40, True, scale)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.fold_attention.bwd.default,
+                          (q, k, v, out, dout, lse, None, 40, True, scale))
+    cu = torch.tensor([0, 13, 40], dtype=torch.int32)
+    qv, kv, vv = (x[0] for x in (q, k, v))
+    torch.library.opcheck(torch.ops.fold_attention.fwd.default, (qv, kv, vv, cu, 27, False, scale))
+
+
+def _loss_and_grads(fn, q, k, v, *args, **kwargs):
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    out = fn(q, k, v, *args, **kwargs)
+    (out.float() * torch.linspace(-1, 1, out.shape[-1], device=out.device)).sum().backward()
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_training_step_matches_eager_bitwise(backend):
+    torch._dynamo.reset()
+    q, k, v = _inputs()
+
+    def step(q, k, v):
+        return fold_attn_func(q, k, v, causal=True)
+
+    eager = _loss_and_grads(step, q, k, v)
+    compiled = _loss_and_grads(torch.compile(step, fullgraph=True, backend=backend), q, k, v)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_compile_fullgraph_varlen_with_max_seqlen():
+    torch._dynamo.reset()
+    q, k, v = (x[0] for x in _inputs(S=50))
+    cu = torch.tensor([0, 7, 31, 50], dtype=torch.int32)
+
+    def step(q, k, v, cu):
+        return fold_attn_varlen_func(q, k, v, cu, max_seqlen=24, causal=True)
+
+    eager = _loss_and_grads(step, q, k, v, cu)
+    compiled = _loss_and_grads(torch.compile(step, fullgraph=True, backend="aot_eager"), q, k, v, cu)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_compile_varlen_without_max_seqlen_says_what_to_pass():
+    torch._dynamo.reset()
+    q, k, v = (x[0] for x in _inputs(S=20))
+    cu = torch.tensor([0, 20], dtype=torch.int32)
+    fn = torch.compile(lambda q, k, v, cu: fold_attn_varlen_func(q, k, v, cu), fullgraph=True,
+                       backend="aot_eager")
+    with pytest.raises(Exception, match="max_seqlen"):
+        fn(q, k, v, cu)
+
+
+def _cuda_ready():
+    if not torch.cuda.is_available():
+        return False
+    try:
+        return fold_attention.built_with_cuda()
+    except OSError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA GPU and a CUDA build")
+def test_compile_fullgraph_on_cuda_matches_eager_bitwise():
+    torch._dynamo.reset()
+    q, k, v = (x.cuda() for x in _inputs(S=256, D=128))
+
+    def step(q, k, v):
+        return fold_attn_func(q, k, v, causal=True)
+
+    eager = _loss_and_grads(step, q, k, v)
+    compiled = _loss_and_grads(torch.compile(step, fullgraph=True), q, k, v)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
