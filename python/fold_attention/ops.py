@@ -10,6 +10,7 @@ import torch
 
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
+from ._device import require_cuda_kernels
 from ._validate import validate_attention, validate_like
 
 __all__ = ["bwd_preprocess"]
@@ -69,6 +70,7 @@ def bwd_preprocess(
         problem = make_problem(spec, host=True)
         _lib.check(lib.fold_bwd_preprocess_cpu(problem, *args), "fold_bwd_preprocess_cpu")
     elif device.type == "cuda":
+        require_cuda_kernels(device, fn)
         problem = make_problem(spec, host=False)
         with torch.cuda.device(device):
             stream = torch.cuda.current_stream(device).cuda_stream

@@ -12,6 +12,7 @@ import torch
 
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
+from ._device import require_cuda_kernels
 from ._validate import AttnSpec, require_flag, validate_attention
 
 __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
@@ -24,6 +25,7 @@ def _require_backend(spec: AttnSpec, fn: str) -> None:
     if spec.device.type == "cpu":
         return
     if spec.device.type == "cuda":
+        require_cuda_kernels(spec.device, fn)
         if spec.dtype not in (torch.bfloat16, torch.float16):
             raise NotImplementedError(
                 f"{fn}: the CUDA training kernels take bfloat16 or float16, got {spec.dtype} "
