@@ -2,8 +2,8 @@
 // reading device memory; the kernels themselves never address memory outside the views
 // even when cu_seqlens is malformed (problem.h clamps it).
 #include <cstdint>
-#include <string>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -126,8 +126,9 @@ fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
     if (p->total_tokens == 0) return;
     const uintptr_t lse_lo = reinterpret_cast<uintptr_t>(lse);
     check_disjoint({view_extent("out", out, *p, p->n_heads),
-                    Extent{lse_lo, lse_lo + static_cast<uintptr_t>(p->n_heads) *
-                                                static_cast<uintptr_t>(p->total_tokens) * 4u,
+                    Extent{lse_lo,
+                           lse_lo + static_cast<uintptr_t>(p->n_heads) *
+                                        static_cast<uintptr_t>(p->total_tokens) * 4u,
                            "lse"}});
     fold::cuda::launch_forward(*p, q, k, v, out, lse, stream);
   });
@@ -165,7 +166,8 @@ fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
                  " is below fold_bwd_cuda_workspace_size()=" + std::to_string(need));
     const uintptr_t ws_lo = reinterpret_cast<uintptr_t>(workspace);
     check_disjoint({view_extent("dq", dq, *p, p->n_heads), view_extent("dk", dk, *p, p->n_kv_heads),
-                    view_extent("dv", dv, *p, p->n_kv_heads), Extent{ws_lo, ws_lo + need, "workspace"}});
+                    view_extent("dv", dv, *p, p->n_kv_heads),
+                    Extent{ws_lo, ws_lo + need, "workspace"}});
     fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, workspace, stream);
   });
 }

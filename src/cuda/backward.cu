@@ -49,8 +49,8 @@ template <int D>
 struct BwdCfg {
   static constexpr int kBm = backward_plan(D).block_m;
   static constexpr int kBn = backward_plan(D).block_n;
-  static constexpr int kLd = D + kPad;    // Q, dO, K, V tiles
-  static constexpr int kLdp = kBn + kPad; // P, dS tiles [kBm][kBn]
+  static constexpr int kLd = D + kPad;     // Q, dO, K, V tiles
+  static constexpr int kLdp = kBn + kPad;  // P, dS tiles [kBm][kBn]
   // Phase A: the [kBm x kBn] score tile over warps: kRa row groups of 16 x kCa column groups.
   static constexpr int kRa = kBm / 16;
   static constexpr int kWa = kBn / (kWarps / kRa);
@@ -95,9 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kBn;
   if (k0 >= r.len) return;
   const int group = p.n_heads / p.n_kv_heads;
-  const GridScale gs = grid_scale(bounds + (static_cast<int64_t>(b) * p.n_kv_heads + hk) *
-                                               FOLD_BWD_BOUNDS,
-                                  D);
+  const GridScale gs =
+      grid_scale(bounds + (static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS, D);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float ds_scale = exp2i(gs.t);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -295,8 +294,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       float x[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        x[e] = gs.valid ? mul_rn(mul_rn(dk_acc[dt][2 * half + e], dk_unscale), p.softmax_scale)
-                        : nan;
+        x[e] =
+            gs.valid ? mul_rn(mul_rn(dk_acc[dt][2 * half + e], dk_unscale), p.softmax_scale) : nan;
       *reinterpret_cast<uint32_t *>(dk_row + dt * 8) = pack2(x[0], x[1], Tag{});
       *reinterpret_cast<uint32_t *>(dv_row + dt * 8) =
           pack2(dv_acc[dt][2 * half], dv_acc[dt][2 * half + 1], Tag{});
@@ -326,8 +325,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = row0 + idx / chunks;
     const int chunk = idx % chunks;
     if (row >= r.len) continue;
-    const int4 *src = reinterpret_cast<const int4 *>(
-        dq_grid + ((r.first + row) * p.n_heads + h) * D + chunk * 8);
+    const int4 *src =
+        reinterpret_cast<const int4 *>(dq_grid + ((r.first + row) * p.n_heads + h) * D + chunk * 8);
     const int4 lo = src[0], hi = src[1];
     const int units[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     uint32_t packed[4];
@@ -336,9 +335,9 @@ __global__ void __launch_bounds__(kThreads)
       float x[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        x[u] = gs.valid ? mul_rn(mul_rn(static_cast<float>(units[2 * e + u]), unscale),
-                                 p.softmax_scale)
-                        : nan;
+        x[u] = gs.valid
+                   ? mul_rn(mul_rn(static_cast<float>(units[2 * e + u]), unscale), p.softmax_scale)
+                   : nan;
       packed[e] = pack2(x[0], x[1], Tag{});
     }
     T *dst = static_cast<T *>(dq.data) + element_offset(p, dq, b, r, row, h) + chunk * 8;
@@ -362,14 +361,14 @@ void launch_main(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = uint64_t{1} << (device & 63);
   if ((configured.load() & bit) == 0) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               Cfg::kSmemBytes),
-          "cudaFuncSetAttribute(backward)");
+    check(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
+        "cudaFuncSetAttribute(backward)");
     configured.fetch_or(bit);
   }
   const dim3 grid((p.seqlen + Cfg::kBn - 1) / Cfg::kBn, p.n_kv_heads, p.batch);
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds,
-                                                      dq_grid, dk, dv);
+  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds, dq_grid,
+                                                      dk, dv);
   check(cudaGetLastError(), "backward_kernel launch");
 }
 

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         l[e >> 1] += pij;
       }
 
-    // acc += P16 . V: the C fragments of two score n-tiles form one A fragment.
+      // acc += P16 . V: the C fragments of two score n-tiles form one A fragment.
 #pragma unroll
     for (int kt = 0; kt < kBn / 16; ++kt) {
       uint32_t a[4];
@@ -204,8 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint32_t *>(dst + dt * 8 + 2 * t) =
           pack2(o[dt][2 * i] * inv[i], o[dt][2 * i + 1] * inv[i], Tag{});
     if (t == 0)
-      lse[static_cast<int64_t>(h) * p.total_tokens + r.first + row] =
-          (m[i] + __log2f(l[i])) * kLn2;
+      lse[static_cast<int64_t>(h) * p.total_tokens + r.first + row] = (m[i] + __log2f(l[i])) * kLn2;
   }
 }
 
@@ -224,9 +223,9 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
   check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = uint64_t{1} << (device & 63);
   if ((configured.load() & bit) == 0) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               Cfg::kSmemBytes),
-          "cudaFuncSetAttribute(forward)");
+    check(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
+        "cudaFuncSetAttribute(forward)");
     configured.fetch_or(bit);
   }
   const dim3 grid((p.seqlen + Cfg::kBm - 1) / Cfg::kBm, p.n_heads, p.batch);
@@ -254,8 +253,8 @@ void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
 
 }  // namespace
 
-void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
-                    fold_tensor_t v, fold_tensor_t out, float *lse, void *stream_ptr) {
+void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                    fold_tensor_t out, float *lse, void *stream_ptr) {
   if (p.total_tokens == 0 || p.seqlen == 0) return;
   if (p.batch > 65535 || p.n_heads > 65535)
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");

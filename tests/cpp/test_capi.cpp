@@ -168,9 +168,9 @@ TEST(CApi, CudaTrainingEntryPointsFailCleanlyWithoutADevice) {
   EXPECT_GE(bytes, size_t{16 * 4 * 16 * 4});  // at least the int32 dQ grid
   EXPECT_EQ(fold_bwd_cuda_workspace_size(nullptr), size_t{0});
   std::vector<char> workspace(bytes + 16);
-  const fold_status_t bwd = fold_bwd_cuda(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(),
-                                          f.o.view(), lse.data(), dq.view(), dk.view(), dv.view(),
-                                          workspace.data(), bytes, nullptr);
+  const fold_status_t bwd =
+      fold_bwd_cuda(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), f.o.view(), lse.data(),
+                    dq.view(), dk.view(), dv.view(), workspace.data(), bytes, nullptr);
   for (const fold_status_t s : {fwd, bwd}) {
     if (!fold_built_with_cuda()) {
       EXPECT_EQ(s, FOLD_ERR_NO_CUDA);
