@@ -22,4 +22,5 @@ cmake --install build-install --prefix "$PWD/build-install/prefix" >/dev/null
 cmake -S examples/cpp -B build-example -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build-install/prefix" >/dev/null
 cmake --build build-example -j"$jobs"
 ./build-example/train_step
+./build-example/decode_step
 FOLD_ATTENTION_TEST_INSTALLED=1 python3 -m pytest -q tests/python tests/bench
