@@ -1,5 +1,6 @@
 """A small call of every CUDA kernel, for compute-sanitizer (memcheck, racecheck):
-the backward preprocess, the training forward and the training backward."""
+the backward preprocess, the training forward and the training backward, and the decode
+(cache writer with v8 growth, front, splits, combine, guard fix-up)."""
 import torch
 
 import fold_attention as fa
@@ -25,5 +26,29 @@ for dtype in (torch.bfloat16, torch.float16):
         kd = torch.randn(2, 70, 2, d, device=dev, dtype=dtype, requires_grad=True)
         vd = torch.randn(2, 70, 2, d, device=dev, dtype=dtype, requires_grad=True)
         fa.fold_attn_func(qd, kd, vd, causal=True).backward(torch.randn_like(qd))
+# Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
+# trips the guard, v8 exponent growth, G = 64 at D = 256 (large shared memory).
+for dtype, v8, d, hkv, g in ((torch.bfloat16, False, 128, 2, 4), (torch.float16, True, 64, 1, 8),
+                             (torch.bfloat16, True, 256, 1, 64)):
+    cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1200, depth=12.0, v8=v8, page_size=64, dtype=dtype, device=dev)
+    for b, n in enumerate([0, 700, 1100, 65]):
+        cache.add_request()
+        if n:
+            cache.extend(b, torch.randn(n, hkv, d, device=dev, dtype=dtype),
+                         torch.randn(n, hkv, d, device=dev, dtype=dtype))
+    cache.release(3)
+    q = torch.randn(4, hkv * g, d, device=dev, dtype=dtype)
+    for scale in (1.0, 300.0):
+        fa.fold_attn_with_kvcache(q, cache, torch.randn(4, hkv, d, device=dev, dtype=dtype),
+                                  torch.randn(4, hkv, d, device=dev, dtype=dtype) * scale)
+    needle = torch.zeros(1, hkv, d, device=dev, dtype=dtype)
+    needle[..., 0] = 21.0
+    cache.extend(1, needle, needle)
+    cache.extend(1, torch.randn(100, hkv, d, device=dev, dtype=dtype) * 0.1,
+                 torch.randn(100, hkv, d, device=dev, dtype=dtype))
+    qn = torch.zeros_like(q)
+    qn[..., 0] = 8.0 * d ** 0.5 / 8.0
+    fa.fold_attn_with_kvcache(qn, cache)
+    print("decode", dtype, "v8" if v8 else "", cache.stats())
 torch.cuda.synchronize()
 print("gpu smoke: ok")

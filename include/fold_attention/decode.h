@@ -97,6 +97,45 @@ FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
                                        fold_tensor_t out, float *lse,
                                        fold_decode_stats_t *stats);
 
+/* ---- CUDA ----------------------------------------------------------------------------
+ * The cache arrays (lengths and page_table included) live on the device. Nothing is read
+ * back to the host and nothing is allocated: every call only enqueues kernels on `stream`
+ * (a cudaStream_t; NULL: the legacy default stream), so a step can be captured in a CUDA
+ * graph. The host checks the descriptors; the device data is not checked (non-finite
+ * values, a full request, missing pages, a v8 value beyond a fixed v_scale): the caller
+ * (e.g. the Python FoldKVCache, which keeps the same checks as the CPU path) must.
+ * v0 kernels run on CUDA cores (dp4a integer dots); their planes, Z, verdicts and outputs
+ * equal the CPU reference's bit for bit. */
+
+/* Device counters written by fold_decode_cuda (int64 each, zeroed by the call): */
+#define FOLD_DECODE_CUDA_STATS 8
+#define FOLD_DECODE_STAT_KEYS 0
+#define FOLD_DECODE_STAT_LIVE 1
+#define FOLD_DECODE_STAT_REFINE 2
+#define FOLD_DECODE_STAT_V_REFINE 3
+#define FOLD_DECODE_STAT_ROWS 4
+#define FOLD_DECODE_STAT_FIXUP_ROWS 5
+#define FOLD_DECODE_STAT_BYTES 6 /* bytes_read of fold_decode_stats_t, as an integer */
+
+/* Bytes of device workspace fold_decode_cuda needs for this cache and n_heads. */
+FOLD_API size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads);
+
+/* fold_kvcache_append_cpu on the device (the request must be active with room and pages
+ * for the tokens: not checked on the device). */
+FOLD_API fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request,
+                                                int32_t n_tokens, fold_tensor_t k,
+                                                fold_tensor_t v, void *stream);
+
+/* fold_decode_cpu on the device. q, k_step, v_step, out, lse are device pointers; stats is
+ * NULL or FOLD_DECODE_CUDA_STATS device int64 counters; workspace holds at least
+ * fold_decode_cuda_workspace_size bytes (256-byte aligned). The range guard runs in-stream
+ * (flagged groups are recomputed by kernels that are always launched). */
+FOLD_API fold_status_t fold_decode_cuda(const fold_kvcache_t *cache,
+                                        const fold_decode_params_t *params, fold_tensor_t q,
+                                        fold_tensor_t k_step, fold_tensor_t v_step,
+                                        fold_tensor_t out, float *lse, int64_t *stats,
+                                        void *workspace, size_t workspace_bytes, void *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

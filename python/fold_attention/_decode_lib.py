@@ -15,6 +15,7 @@ from ._lib import FoldTensor
 __all__ = [
     "SPLIT_KEYS",
     "V_EXP_UNSET",
+    "STATS_COUNTERS",
     "FoldKVCacheDesc",
     "FoldDecodeParams",
     "FoldDecodeStats",
@@ -25,6 +26,7 @@ __all__ = [
 SPLIT_KEYS = 512
 HEAVY_KEYS = 8
 V_EXP_UNSET = -1000
+STATS_COUNTERS = 8  # FOLD_DECODE_CUDA_STATS
 
 
 class FoldKVCacheDesc(ctypes.Structure):
@@ -99,6 +101,27 @@ _SIGNATURES = {
             FoldTensor,  # out
             ctypes.POINTER(ctypes.c_float),  # lse or NULL
             ctypes.POINTER(FoldDecodeStats),
+        ],
+    ),
+    "fold_decode_cuda_workspace_size": (ctypes.c_size_t, [_P_CACHE, ctypes.c_int32]),
+    "fold_kvcache_append_cuda": (
+        ctypes.c_int,
+        [_P_CACHE, ctypes.c_int32, ctypes.c_int32, FoldTensor, FoldTensor, ctypes.c_void_p],
+    ),
+    "fold_decode_cuda": (
+        ctypes.c_int,
+        [
+            _P_CACHE,
+            ctypes.POINTER(FoldDecodeParams),
+            FoldTensor,
+            FoldTensor,
+            FoldTensor,
+            FoldTensor,
+            ctypes.POINTER(ctypes.c_float),
+            ctypes.POINTER(ctypes.c_int64),  # device counters or NULL
+            ctypes.c_void_p,  # workspace
+            ctypes.c_size_t,
+            ctypes.c_void_p,  # stream
         ],
     ),
 }

@@ -6,7 +6,8 @@ scale. fold_attn_with_kvcache optionally appends one token per request, then att
 the cache with a declared per-row reference Z: keys whose coarse (plane-A) weight is more
 than `depth` binades below Z are cut, their mass kept in the denominator and mass x the mean V of
 their page in the numerator. The rules are specified in notes/decode.md. CPU tensors run the C++
-reference of that algorithm; the CUDA kernels are not in this build yet.
+reference of that algorithm; CUDA tensors (a cache built with device='cuda') run the v0
+CUDA kernels, which give the same planes, Z, verdicts and outputs bit for bit.
 
 Request slots: the cache has `batch` slots. A slot is free until prefill (slots
 0..batch-1) or add_request claims it, and free again after release(); a step appends to
@@ -25,6 +26,7 @@ from . import _lib
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
+    STATS_COUNTERS,
     V_EXP_UNSET,
     FoldDecodeParams,
     FoldDecodeStats,
@@ -34,7 +36,7 @@ from ._decode_lib import (
 from ._lib import FoldTensor
 from ._validate import check_softmax_scale, require_flag, require_int, require_tensor
 
-__all__ = ["FoldKVCache", "fold_attn_with_kvcache"]
+__all__ = ["FoldKVCache", "fold_attn_with_kvcache", "decode_step_cuda"]
 
 _CACHE_DTYPES = (torch.bfloat16, torch.float16)
 _HEAD_DIMS = (64, 128, 256)
@@ -42,17 +44,36 @@ _MAX_GROUP = 64
 _E4M3_MAX = 448.0
 DEFAULT_REFINE_BAND = 8.0
 V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
-_CUDA_MISSING = (
-    "the CUDA decode kernels are not in this build yet; use CPU tensors (device='cpu')"
-)
 
 
-def _require_cpu(device: torch.device, what: str, fn: str) -> None:
-    if device.type == "cpu":
+def _cuda_missing() -> str | None:
+    """Why CUDA decode cannot run here (None: it can)."""
+    if not torch.cuda.is_available():
+        return "CUDA is not available to torch; use CPU tensors (device='cpu')"
+    if not _lib.built_with_cuda():
+        return "the library was built without CUDA; use CPU tensors (device='cpu')"
+    return None
+
+
+def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.device | None = None) -> None:
+    """Accepts CPU tensors, and CUDA tensors on the cache's CUDA device."""
+    if cache_device is None:
+        cache_device = torch.device("cpu")
+    if device.type == "cpu" and cache_device.type == "cpu":
         return
     if device.type == "cuda":
-        raise NotImplementedError(f"{fn}: {what} is on {device}: {_CUDA_MISSING}")
-    raise NotImplementedError(f"{fn}: {what} is on {device}: no decode kernels for it; use CPU tensors")
+        why = _cuda_missing()
+        if why is not None:
+            raise NotImplementedError(f"{fn}: {what} is on {device}: {why}")
+        if cache_device.type == "cuda" and device == cache_device:
+            return
+    if device.type not in ("cpu", "cuda"):
+        raise NotImplementedError(f"{fn}: {what} is on {device}: no decode kernels for it; use CPU or CUDA tensors")
+    raise NotImplementedError(f"{fn}: {what} is on {device} but the cache is on {cache_device}")
+
+
+def _stream() -> int:
+    return torch.cuda.current_stream().cuda_stream
 
 
 def _band(x, name: str, fn: str, default: float) -> float:
@@ -90,7 +111,8 @@ class FoldKVCache:
             None: chosen per request from its own data, raised (re-quantising the request's
             V planes) when a later value would not fit.
         dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
-        device: 'cpu' (CUDA decode is not in this build yet).
+        device: 'cpu' (the C++ reference) or a CUDA device (the v0 CUDA kernels; the v8
+            exponent growth and the heavy-key list run on the device too).
     """
 
     def __init__(
@@ -160,7 +182,9 @@ class FoldKVCache:
         if not isinstance(device, (str, int, torch.device)):
             raise TypeError(f"{fn}: device must be a torch.device, str or int, got {type(device).__name__}")
         self.device = torch.device(device)
-        _require_cpu(self.device, "the cache", fn)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else self.device
+        _require_cpu(self.device, "the cache", fn, self.device)
 
         self.pages_per_request = -(-self.max_len // self.page_size)
         self.num_pages = self.batch * self.pages_per_request
@@ -186,6 +210,9 @@ class FoldKVCache:
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
         self._last_stats: dict | None = None
+        self._workspace = None  # CUDA: decode workspace and device counters, made on first use
+        self._stats_dev = None
+        self._stats_pending = False
 
     # ---- bookkeeping -----------------------------------------------------------------
 
@@ -290,7 +317,7 @@ class FoldKVCache:
             raise ValueError(f"{fn}: {name} must be 3-D (tokens, heads, head_dim), got shape {tuple(x.shape)}")
         if x.dtype != self.dtype:
             raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {self.dtype}")
-        _require_cpu(x.device, name, fn)
+        _require_cpu(x.device, name, fn, self.device)
         if x.shape[1] != heads or x.shape[2] != self.head_dim:
             raise ValueError(
                 f"{fn}: {name} must have shape (tokens, {heads}, {self.head_dim}), got {tuple(x.shape)}"
@@ -326,8 +353,12 @@ class FoldKVCache:
         kt = FoldTensor(k.data_ptr(), 0, k.shape[1] * D, D)
         vt = FoldTensor(v.data_ptr(), 0, v.shape[1] * D, D)
         desc = self._desc()
-        status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, n, kt, vt)
-        _lib.check(status, "fold_kvcache_append_cpu")
+        if self.is_cuda:
+            status = library().fold_kvcache_append_cuda(ctypes.byref(desc), b, n, kt, vt, _stream())
+            _lib.check(status, "fold_kvcache_append_cuda")
+        else:
+            status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, n, kt, vt)
+            _lib.check(status, "fold_kvcache_append_cpu")
 
     def extend(self, request, k, v) -> None:
         """Appends tokens k, v (tokens, n_kv_heads, head_dim) to an active request, without
@@ -359,8 +390,10 @@ class FoldKVCache:
             )
         if cu.dtype != torch.int32:
             raise TypeError(f"{fn}: cu_seqlens must have dtype torch.int32, got {cu.dtype}")
-        _require_cpu(cu.device, "cu_seqlens", fn)
+        if cu.device.type != "cpu":
+            _require_cpu(cu.device, "cu_seqlens", fn, self.device)
         offsets = cu.tolist()
+        cu = cu.to(q.device)
         for b in range(self.batch):
             n = offsets[b + 1] - offsets[b]
             if n > self.max_len:
@@ -393,7 +426,7 @@ class FoldKVCache:
         if q.shape[0] > self.max_len:
             raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
         self._check_values(k, v, fn)
-        cu = torch.tensor([0, q.shape[0]], dtype=torch.int32)
+        cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
         self._append(b, k, v, fn)
         return out
@@ -404,6 +437,9 @@ class FoldKVCache:
         """What the last decode step read: live_frac, refine_frac, v_refine_frac (fractions
         of (request, KV head, key) triples), bytes_per_key (cache bytes per key per KV
         head, screen and reference sample included), fixup_rows, keys, rows."""
+        if self._stats_pending:
+            self._last_stats = _stats_dict(self._stats_dev.tolist())
+            self._stats_pending = False
         if self._last_stats is None:
             return {"live_frac": 0.0, "refine_frac": 0.0, "v_refine_frac": 0.0,
                     "bytes_per_key": 0.0, "fixup_rows": 0, "keys": 0, "rows": 0}
@@ -420,6 +456,20 @@ class FoldKVCache:
             v_refine_band=self.refine_band + V_REFINE_EXTRA,
         )
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def _cuda_buffers(self):
+        """The decode workspace and device counters (allocated once, reused every step, so
+        a captured graph keeps valid pointers)."""
+        if self._workspace is None:
+            desc = self._desc()
+            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), self.n_heads))
+            self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=self.device)
+            self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=self.device)
+        return self._workspace, self._stats_dev
+
     def __repr__(self) -> str:
         return (
             f"FoldKVCache(batch={self.batch}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -428,12 +478,25 @@ class FoldKVCache:
         )
 
 
+def _stats_dict(c) -> dict:
+    keys = max(c[0], 1)
+    return {
+        "live_frac": c[1] / keys,
+        "refine_frac": c[2] / keys,
+        "v_refine_frac": c[3] / keys,
+        "bytes_per_key": float(c[6]) / keys,
+        "fixup_rows": int(c[5]),
+        "keys": int(c[0]),
+        "rows": int(c[4]),
+    }
+
+
 def _step_rows(x, name: str, fn: str, cache: FoldKVCache, heads: int) -> tuple[torch.Tensor, bool]:
     """x as a contiguous (batch, heads, head_dim) tensor; whether it had the (B, 1, ...) form."""
     x = require_tensor(x, name, fn)
     if x.dtype != cache.dtype:
         raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {cache.dtype}")
-    _require_cpu(x.device, name, fn)
+    _require_cpu(x.device, name, fn, cache.device)
     shape = (cache.batch, heads, cache.head_dim)
     if x.dim() == 4 and x.shape[1] == 1:
         four = True
@@ -484,12 +547,21 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 raise ValueError(
                     f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
                 )
-        idx = torch.tensor(active, dtype=torch.long)
+        idx = torch.tensor(active, dtype=torch.long, device=k.device)
         cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
         for b in active:
             cache._reserve(b, int(cache.lengths[b]) + 1)
         kt = FoldTensor(k.data_ptr(), cache.n_kv_heads * D, 0, D)
         vt = FoldTensor(v.data_ptr(), cache.n_kv_heads * D, 0, D)
+    if cache.is_cuda:
+        if not bool(torch.isfinite(q).all()):
+            raise ValueError(f"{fn}: q_step holds a non-finite value")
+        out = torch.empty((cache.batch, cache.n_heads, D), dtype=cache.dtype, device=cache.device)
+        lse = torch.empty((cache.batch, cache.n_heads), dtype=torch.float32, device=cache.device)
+        _decode_cuda(cache, q, kt, vt, out, lse)
+        if four:
+            out = out.unsqueeze(1)
+        return (out, lse) if return_lse else out
     out = torch.empty((cache.batch, cache.n_heads, D), dtype=cache.dtype)
     lse = torch.empty((cache.batch, cache.n_heads), dtype=torch.float32)
     qt = FoldTensor(q.data_ptr(), cache.n_heads * D, 0, D)
@@ -502,16 +574,48 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)), ctypes.byref(stats),
     )
     _lib.check(status, "fold_decode_cpu")
-    keys = max(stats.keys, 1)
-    cache._last_stats = {
-        "live_frac": stats.live_keys / keys,
-        "refine_frac": stats.refine_keys / keys,
-        "v_refine_frac": stats.v_refine_keys / keys,
-        "bytes_per_key": stats.bytes_read / keys,
-        "fixup_rows": int(stats.fixup_rows),
-        "keys": int(stats.keys),
-        "rows": int(stats.rows),
-    }
+    cache._last_stats = _stats_dict(
+        [stats.keys, stats.live_keys, stats.refine_keys, stats.v_refine_keys, stats.rows,
+         stats.fixup_rows, stats.bytes_read]
+    )
+    cache._stats_pending = False
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out
+
+
+def _decode_cuda(cache: FoldKVCache, q: torch.Tensor, kt, vt, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Enqueues one CUDA decode step on the current stream: no host read of device memory,
+    no allocation after the first call, so it can be captured in a CUDA graph. q, out: 
+    contiguous (batch, n_heads, head_dim); kt, vt: FoldTensor views of the step's k/v (data
+    None: no append). The caller has reserved pages for an appended token."""
+    D = cache.head_dim
+    ws, counters = cache._cuda_buffers()
+    qt = FoldTensor(q.data_ptr(), cache.n_heads * D, 0, D)
+    ot = FoldTensor(out.data_ptr(), cache.n_heads * D, 0, D)
+    desc = cache._desc()
+    params = cache._params()
+    status = library().fold_decode_cuda(
+        ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot,
+        ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)),
+        ctypes.cast(counters.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+        ctypes.c_void_p(ws.data_ptr()), ctypes.c_size_t(ws.numel()), ctypes.c_void_p(_stream()),
+    )
+    _lib.check(status, "fold_decode_cuda")
+    cache._stats_pending = True
+
+
+def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+                     out: torch.Tensor, lse: torch.Tensor) -> None:
+    """The graph-capturable core of fold_attn_with_kvcache for a CUDA cache: appends k/v
+    (batch, n_kv_heads, head_dim; None: no append) to every active request and attends q
+    (batch, n_heads, head_dim) into out / lse, with no checks and no host synchronisation.
+    Pages for the appended tokens must already be reserved (add_request(length=...)) and
+    every active request must have room: nothing is checked."""
+    D = cache.head_dim
+    if k is None:
+        kt = vt = FoldTensor(None, 0, 0, 0)
+    else:
+        kt = FoldTensor(k.data_ptr(), cache.n_kv_heads * D, 0, D)
+        vt = FoldTensor(v.data_ptr(), cache.n_kv_heads * D, 0, D)
+    _decode_cuda(cache, q, kt, vt, out, lse)

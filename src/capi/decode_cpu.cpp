@@ -11,7 +11,7 @@
 
 namespace fold::cpu {
 
-void check_cache(const fold_kvcache_t *c) {
+void check_cache_layout(const fold_kvcache_t *c) {
   if (c == nullptr) fail("cache is NULL");
   if (c->batch < 1) fail("cache->batch must be >= 1");
   if (c->n_kv_heads < 1) fail("cache->n_kv_heads must be >= 1");
@@ -32,6 +32,10 @@ void check_cache(const fold_kvcache_t *c) {
     fail(c->v8 ? "cache->v_a, v_b and v_exp must be non-NULL when v8" : "cache->v is NULL");
   if (!c->v_page_sum || !c->heavy_keys || !c->page_table || !c->lengths)
     fail("cache->v_page_sum, heavy_keys, page_table and lengths must be non-NULL");
+}
+
+void check_cache(const fold_kvcache_t *c) {
+  check_cache_layout(c);
   for (int b = 0; b < c->batch; ++b)
     if (c->lengths[b] < -1 || c->lengths[b] > c->max_len)
       fail("cache->lengths[" + std::to_string(b) + "] = " + std::to_string(c->lengths[b]) +

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fold_attention/decode.h"
 #include "fold_attention/fold_attention.h"
 
 namespace fold::cuda {
@@ -58,5 +59,73 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
                      fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout, const float *lse,
                      fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv, void *workspace,
                      void *stream);
+
+// The decode's workspace (fold_decode_cuda), carved from one caller-provided buffer
+// (256-byte aligned parts); rows = batch * n_heads, splits = ceil(max_len / 512):
+//   qa, qb  int8    [rows, head_dim]        the step's query planes
+//   sq, z   float32 [rows]                  query scale, reference Z (after the guard)
+//   bad     int32   [rows]                  guard: row outside the window in pass 0
+//   part_n  float32 [rows, splits, head_dim] split numerators
+//   part_t, part_tl float32 [rows, splits]  split denominators (rounded / unrounded weights)
+//   flag    int32   [batch, n_kv_heads]     guard: group recomputed in pass 1
+//   gcnt    int64   [batch, n_kv_heads, 5]  pass-0 read counters (zeroed by the launcher)
+struct DecodeWorkspace {
+  int8_t *qa, *qb;
+  float *sq, *z;
+  int32_t *bad;
+  float *part_n, *part_t, *part_tl;
+  int32_t *flag;
+  int64_t *gcnt;
+  size_t gcnt_bytes;
+  int32_t splits;
+  size_t total_bytes;
+};
+
+inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, void *base) {
+  const size_t rows = static_cast<size_t>(c.batch) * static_cast<size_t>(n_heads);
+  const size_t D = static_cast<size_t>(c.head_dim);
+  const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
+  const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
+  const size_t sizes[11] = {align256(rows * D),      align256(rows * D),          align256(rows * 4),
+                            align256(rows * 4),      align256(rows * 4),          align256(rows * splits * D * 4),
+                            align256(rows * splits * 4), align256(rows * splits * 4), align256(groups * 4),
+                            align256(groups * 5 * 8), 0};
+  DecodeWorkspace w{};
+  w.splits = splits;
+  w.gcnt_bytes = groups * 5 * 8;
+  size_t off[11];
+  size_t total = 0;
+  for (int i = 0; i < 11; ++i) {
+    off[i] = total;
+    total += sizes[i];
+  }
+  w.total_bytes = total;
+  if (base != nullptr) {
+    char *c0 = static_cast<char *>(base);
+    w.qa = reinterpret_cast<int8_t *>(c0 + off[0]);
+    w.qb = reinterpret_cast<int8_t *>(c0 + off[1]);
+    w.sq = reinterpret_cast<float *>(c0 + off[2]);
+    w.z = reinterpret_cast<float *>(c0 + off[3]);
+    w.bad = reinterpret_cast<int32_t *>(c0 + off[4]);
+    w.part_n = reinterpret_cast<float *>(c0 + off[5]);
+    w.part_t = reinterpret_cast<float *>(c0 + off[6]);
+    w.part_tl = reinterpret_cast<float *>(c0 + off[7]);
+    w.flag = reinterpret_cast<int32_t *>(c0 + off[8]);
+    w.gcnt = reinterpret_cast<int64_t *>(c0 + off[9]);
+  }
+  return w;
+}
+
+// Cache writer: n_tokens rows of k, v (token_stride, head_stride) appended to `request`
+// (device-side length). Three kernels, no host read of device memory.
+void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens, fold_tensor_t k,
+                           fold_tensor_t v, void *stream);
+
+// One decode step (optional one-token append per active request, front, splits, combine,
+// guard fix-up), all on `stream`; `workspace` holds decode_workspace(...).total_bytes; stats
+// (FOLD_DECODE_CUDA_STATS int64 on the device) may be NULL.
+void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
+                   fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse, int64_t *stats,
+                   void *workspace, void *stream);
 
 }  // namespace fold::cuda

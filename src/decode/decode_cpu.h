@@ -54,6 +54,8 @@ void decode_attend(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
 // Structural checks of a cache descriptor and decode parameters (no data read except
 // lengths).
 void check_cache(const fold_kvcache_t *c);
+// check_cache without reading lengths (a device-resident cache).
+void check_cache_layout(const fold_kvcache_t *c);
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p);
 
 }  // namespace fold::cpu

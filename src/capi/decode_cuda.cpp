@@ -1,0 +1,93 @@
+// C entry points of the CUDA decode: host-side checks of the descriptors (no device memory
+// is read), then the launchers. See decode.h for what the caller must guarantee.
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "cuda/launch.h"
+#include "decode/decode_cpu.h"
+#include "fold_attention/decode.h"
+
+namespace {
+
+void require_cuda_build() {
+  if (!fold_built_with_cuda())
+    fold::fail(FOLD_ERR_NO_CUDA, "this library was built without CUDA (no nvcc at build time)");
+}
+
+// The kernels read rows with 16-bit loads of a contiguous last dimension.
+void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bool use_token) {
+  const std::string n(name);
+  if (t.data == nullptr) fold::fail(n + " is NULL");
+  if (reinterpret_cast<uintptr_t>(t.data) % 2 != 0) fold::fail(n + ": data must be 2-byte aligned");
+  const int64_t inner = use_token ? t.token_stride : t.batch_stride;
+  if (heads > 1 && t.head_stride < dim) fold::fail(n + ": head_stride must be >= head_dim");
+  const int64_t span = static_cast<int64_t>(heads - 1) * t.head_stride + dim;
+  if (inner < span)
+    fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
+               " is too small for its heads (rows would overlap)");
+}
+
+void check_cuda_cache(const fold_kvcache_t *c) {
+  fold::cpu::check_cache_layout(c);
+  if (c->batch > 65535) fold::fail(FOLD_ERR_UNSUPPORTED, "cache->batch: the CUDA decode takes <= 65535 slots");
+  if (c->n_kv_heads > 65535) fold::fail(FOLD_ERR_UNSUPPORTED, "cache->n_kv_heads: <= 65535 on CUDA");
+  const uintptr_t planes[] = {reinterpret_cast<uintptr_t>(c->k_a), reinterpret_cast<uintptr_t>(c->k_b)};
+  for (uintptr_t p : planes)
+    if (p % 16 != 0) fold::fail(FOLD_ERR_UNSUPPORTED, "cache K planes must be 16-byte aligned on CUDA");
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads) {
+  if (cache == nullptr || n_heads < 1 || cache->batch < 1 || cache->head_dim < 1 || cache->max_len < 1)
+    return 0;
+  return fold::cuda::decode_workspace(*cache, n_heads, nullptr).total_bytes;
+}
+
+fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request, int32_t n_tokens,
+                                       fold_tensor_t k, fold_tensor_t v, void *stream) {
+  return fold::guarded("fold_kvcache_append_cuda", [&] {
+    require_cuda_build();
+    check_cuda_cache(cache);
+    if (request < 0 || request >= cache->batch)
+      fold::fail("request " + std::to_string(request) + " is out of range [0, " +
+                 std::to_string(cache->batch) + ")");
+    if (n_tokens < 0) fold::fail("n_tokens must be >= 0");
+    if (n_tokens > cache->max_len) fold::fail("n_tokens exceeds max_len");
+    if (n_tokens == 0) return;
+    check_rows("k", k, cache->n_kv_heads, cache->head_dim, true);
+    check_rows("v", v, cache->n_kv_heads, cache->head_dim, true);
+    fold::cuda::launch_kvcache_append(*cache, request, n_tokens, k, v, stream);
+  });
+}
+
+fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_params_t *params,
+                               fold_tensor_t q, fold_tensor_t k_step, fold_tensor_t v_step,
+                               fold_tensor_t out, float *lse, int64_t *stats, void *workspace,
+                               size_t workspace_bytes, void *stream) {
+  return fold::guarded("fold_decode_cuda", [&] {
+    require_cuda_build();
+    check_cuda_cache(cache);
+    fold::cpu::check_params(*cache, params);
+    const fold_kvcache_t &c = *cache;
+    check_rows("q", q, params->n_heads, c.head_dim, false);
+    check_rows("out", out, params->n_heads, c.head_dim, false);
+    if (k_step.data != nullptr) {
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+    } else if (v_step.data != nullptr) {
+      fold::fail("v_step is given without k_step");
+    }
+    const size_t need = fold::cuda::decode_workspace(c, params->n_heads, nullptr).total_bytes;
+    if (workspace == nullptr || workspace_bytes < need)
+      fold::fail("workspace must hold at least fold_decode_cuda_workspace_size() = " + std::to_string(need) +
+                 " bytes");
+    if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) fold::fail("workspace must be 256-byte aligned");
+    fold::cuda::launch_decode(c, *params, q, k_step, v_step, out, lse, stats, workspace, stream);
+  });
+}
+
+}  // extern "C"

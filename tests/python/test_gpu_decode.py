@@ -1,0 +1,272 @@
+"""GPU: the CUDA decode (cache writer, front, splits, combine, guard) against the CPU reference.
+
+The same cache filled through CPU and CUDA must hold identical bits; decode outputs must
+match the reference (the v0 kernels keep the reference's summation order, so they are
+expected to be bit-identical; the asserted bound is the spec's: fp32 summation order only),
+with equal verdict statistics; accuracy vs float64 as the CPU's; bit-identical alone and in a
+batch; CUDA-graph capture + replay of append + attend. Skipped without a CUDA device or when
+the library was built without CUDA. Every test runs under a hard time limit.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+
+import pytest
+import torch
+
+import fold_attention as fa
+from fold_attention.decode import decode_step_cuda
+
+from decode_helpers import default_scale, floor_err, reference, rel_err, synth
+
+
+def _gpu_ready():
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    try:
+        if not fa.built_with_cuda():
+            return False, "library built without CUDA"
+    except OSError as exc:  # library not found: let the CPU tests report that
+        return False, str(exc)
+    return True, ""
+
+
+_READY, _WHY = _gpu_ready()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
+
+TIME_LIMIT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    # A hung kernel blocks inside a CUDA call where no Python signal can land: the
+    # watchdog thread dumps the stacks and ends the process instead.
+    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+CUDA = torch.device("cuda")
+
+
+def _make(device, B, H, Hkv, D, max_len, **kw):
+    return fa.FoldKVCache(B, H, Hkv, D, max_len, device=device, **kw)
+
+
+def _pair(B, H, Hkv, D, max_len, **kw):
+    return _make("cpu", B, H, Hkv, D, max_len, **kw), _make(CUDA, B, H, Hkv, D, max_len, **kw)
+
+
+def _fill(caches, k, v, lengths, chunks=1):
+    """Requests b = 0.. of every cache get k[b, :lengths[b]] in `chunks` extends (None: free)."""
+    for b, n in enumerate(lengths):
+        for c in caches:
+            assert c.add_request() == b
+        if n is None:
+            continue
+        cuts = [round(i * n / chunks) for i in range(chunks + 1)]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            if hi > lo:
+                for c in caches:
+                    c.extend(b, k[b, lo:hi].to(c.device), v[b, lo:hi].to(c.device))
+    for b, n in enumerate(lengths):
+        if n is None:
+            for c in caches:
+                c.release(b)
+
+
+def _bits(t):
+    t = t.detach().cpu().contiguous()
+    if t.dtype in (torch.float32,):
+        return t.view(torch.int32)
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16)
+    return t
+
+
+_STATE = ("k_a", "k_b", "k_scale", "v", "v_a", "v_b", "v_exp", "v_page_sum", "heavy_keys", "page_table", "lengths")
+
+
+def _assert_same_cache(cpu, gpu):
+    torch.cuda.synchronize()
+    for name in _STATE:
+        a, b = getattr(cpu, name), getattr(gpu, name)
+        if a is None:
+            assert b is None
+            continue
+        assert torch.equal(_bits(a), _bits(b)), name
+
+
+def _step(cache, q, k=None, v=None):
+    dev = cache.device
+    to = lambda x: None if x is None else x.to(dev)  # noqa: E731
+    out, lse = fa.fold_attn_with_kvcache(to(q), cache, to(k), to(v), return_lse=True)
+    return out.cpu(), lse.cpu(), cache.stats()
+
+
+def _compare_step(cpu, gpu, q, k=None, v=None, exact_stats=True):
+    oc, lc, sc = _step(cpu, q, k, v)
+    og, lg, sg = _step(gpu, q, k, v)
+    norm = oc.float().norm().item()
+    diff = (og.float() - oc.float()).abs().max().item()
+    assert diff <= 1e-5 * max(norm, 1e-30), (diff, norm)
+    fin = torch.isfinite(lc)
+    assert torch.equal(fin, torch.isfinite(lg))
+    assert torch.equal(lc[~fin], lg[~fin])
+    if fin.any():
+        assert (lg[fin].double() - lc[fin].double()).abs().max().item() <= 1e-5
+    if exact_stats:
+        assert sc == sg, (sc, sg)
+    return oc, og, lc, lg, sc, sg
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("v8", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_cache_planes_bitwise(dtype, v8, D):
+    torch.manual_seed(0)
+    B, Hkv, G, page = 3, 2, 4, 64
+    lengths = [150, None, 77]
+    k = torch.randn(B, 200, Hkv, D).to(dtype) * 3
+    v = torch.randn(B, 200, Hkv, D).to(dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 220, v8=v8, page_size=page, dtype=dtype)
+    _fill((cpu, gpu), k, v, lengths, chunks=3)
+    _assert_same_cache(cpu, gpu)
+    # Larger values: a v8 request's exponent grows and its stored planes are re-quantised.
+    big = (torch.randn(1, 5, Hkv, D) * 200).to(dtype)
+    for c in (cpu, gpu):
+        c.extend(0, big[0].to(c.device), big[0].to(c.device))
+    _assert_same_cache(cpu, gpu)
+    q = torch.randn(B, Hkv * G, D).to(dtype)
+    ks = torch.randn(B, Hkv, D).to(dtype)
+    vs = (torch.randn(B, Hkv, D) * 1000).to(dtype)
+    _compare_step(cpu, gpu, q, ks, vs)
+    _assert_same_cache(cpu, gpu)
+
+
+CONFIGS = [
+    # (dtype, D, Hkv, G, depth, v8)
+    (torch.bfloat16, 128, 2, 4, 16.0, False),
+    (torch.bfloat16, 128, 2, 4, 12.0, False),
+    (torch.bfloat16, 128, 2, 4, None, False),
+    (torch.bfloat16, 128, 2, 4, 16.0, True),
+    (torch.bfloat16, 128, 2, 4, None, True),
+    (torch.float16, 128, 2, 4, 16.0, False),
+    (torch.float16, 64, 1, 8, 12.0, True),
+    (torch.bfloat16, 256, 1, 2, 16.0, False),
+    (torch.bfloat16, 64, 2, 1, 16.0, False),
+    (torch.bfloat16, 128, 1, 64, 16.0, False),
+    (torch.bfloat16, 256, 1, 64, 12.0, True),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
+def test_decode_matches_cpu_ragged(cfg):
+    dtype, D, Hkv, G, depth, v8 = cfg
+    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=3, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=depth, v8=v8, page_size=128, dtype=dtype)
+    _fill((cpu, gpu), k, v, lengths, chunks=2)
+    _assert_same_cache(cpu, gpu)
+    oc, og, *_ = _compare_step(cpu, gpu, q)
+    print(f"\n{cfg}: bit-identical output: {torch.equal(_bits(oc), _bits(og))}")
+    # Two steps with an append.
+    for _ in range(2):
+        ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
+        _compare_step(cpu, gpu, q, ks, vs)
+    _assert_same_cache(cpu, gpu)
+
+
+def test_guard_fixup_matches_cpu():
+    # A needle key aligned with the query, far above the rest, that neither the strata nor
+    # the heavy list (taken by larger decoys orthogonal to the query) sample: Z undershoots,
+    # T leaves fp16's 2^14 window, the guard recomputes the group with the exact LSE.
+    torch.manual_seed(1)
+    D, L = 64, 1000
+    u = torch.zeros(D)
+    u[0] = 1.0
+    w = torch.zeros(D)
+    w[1] = 1.0
+    k = torch.randn(1, L, 1, D) * 0.3
+    for j in range(100, 900, 90):
+        k[0, j, 0] = 40.0 * w
+    k[0, 437, 0] = 21.0 * u  # 21 nats = 30 binades above the rest
+    v = torch.randn(1, L, 1, D)
+    q = (8.0 * u).expand(1, 2, D).clone()
+    for dtype in (torch.float16, torch.bfloat16):
+        cpu, gpu = _pair(1, 2, 1, D, L, depth=12.0, dtype=dtype)
+        _fill((cpu, gpu), k.to(dtype), v.to(dtype), [L])
+        *_, sc, sg = _compare_step(cpu, gpu, q.to(dtype))
+        print(f"\n{dtype}: fixup rows cpu {sc['fixup_rows']} gpu {sg['fixup_rows']}")
+        if dtype == torch.float16:
+            assert sg["fixup_rows"] > 0
+
+
+@pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
+def test_error_against_float64(depth, v8):
+    B, Hkv, G, D, L = 2, 2, 4, 128, 3000
+    q, k, v = synth(B, Hkv, G, D, L, seed=0)
+    lengths = [L, 1900]
+    refs = [reference(q[b], k[b, : lengths[b]], v[b, : lengths[b]], default_scale(D)) for b in range(B)]
+    ref = torch.stack([r[0] for r in refs])
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, L, depth=depth, v8=v8)
+    _fill((cpu, gpu), k, v, lengths)
+    oc, og, *_ = _compare_step(cpu, gpu, q)
+    ec, eg, floor = rel_err(oc, ref), rel_err(og, ref), floor_err(ref)
+    print(f"\ndepth={depth} v8={v8}: cuda {eg:.4e} cpu {ec:.4e} ({eg / floor:.3f} x floor)")
+    assert eg <= ec * (1 + 1e-3) + 1e-7
+    assert eg <= 1.5 * floor
+
+
+def test_bit_identical_alone_and_in_batch():
+    D, Hkv, G = 128, 2, 4
+    q, k, v = synth(4, Hkv, G, D, 1500, seed=7)
+    alone = _make(CUDA, 1, Hkv * G, Hkv, D, 1500, depth=12.0)
+    _fill((alone,), k[2:3], v[2:3], [1400])
+    batch = _make(CUDA, 4, Hkv * G, Hkv, D, 1500, depth=12.0)
+    # Slot 2 is released and claimed again, so its pages are reused ones.
+    _fill((batch,), k, v, [300, 900, None, 1100])
+    assert batch.add_request() == 2
+    batch.extend(2, k[2, :1400].to(CUDA), v[2, :1400].to(CUDA))
+    oa, la, _ = _step(alone, q[2:3])
+    ob, lb, _ = _step(batch, q)
+    assert torch.equal(_bits(oa[0]), _bits(ob[2]))
+    assert torch.equal(_bits(la[0]), _bits(lb[2]))
+
+
+def test_cuda_graph_append_and_attend():
+    D, Hkv, G, B, steps = 128, 2, 4, 3, 5
+    q, k, v = synth(B, Hkv, G, D, 700, seed=9)
+    caches = []
+    for _ in range(2):
+        c = _make(CUDA, B, Hkv * G, Hkv, D, 800, depth=16.0)
+        for b, n in enumerate([600, 100, 350]):
+            assert c.add_request(length=800) == b
+            c.extend(b, k[b, :n].to(CUDA), v[b, :n].to(CUDA))
+        caches.append(c)
+    eager, graphed = caches
+    qs = [torch.randn(B, Hkv * G, D).bfloat16().to(CUDA) for _ in range(steps)]
+    ks = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
+    vs = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
+    expected = [fa.fold_attn_with_kvcache(qs[i], eager, ks[i], vs[i], return_lse=True) for i in range(steps)]
+    sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
+    out = torch.empty(B, Hkv * G, D, dtype=torch.bfloat16, device=CUDA)
+    lse = torch.empty(B, Hkv * G, dtype=torch.float32, device=CUDA)
+    graphed._cuda_buffers()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        decode_step_cuda(graphed, sq, sk, sv, out, lse)
+    torch.cuda.synchronize()
+    assert graphed.lengths.tolist() == [600, 100, 350]  # capture ran nothing
+    for i in range(steps):
+        sq.copy_(qs[i])
+        sk.copy_(ks[i])
+        sv.copy_(vs[i])
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(out), _bits(expected[i][0])), i
+        assert torch.equal(_bits(lse), _bits(expected[i][1])), i
+    _assert_same_cache(eager, graphed)
