@@ -4,6 +4,7 @@ torch SDPA (cuDNN if it takes the shapes) on contiguous bf16 KV. Prints bytes/ke
 python scripts/decode_bench.py  (needs a GPU and a CUDA build of the library)
 """
 
+import sys
 import time
 
 import torch
@@ -38,7 +39,9 @@ def graphed(fn):
     return g.replay
 
 
-for B, L, H, Hkv, D in ((1, 32768, 32, 8, 128), (32, 8192, 32, 8, 128)):
+profile = "--profile" in sys.argv  # one shape, eager steps only (for nsys)
+shapes = ((1, 32768, 32, 8, 128),) if profile else ((1, 32768, 32, 8, 128), (32, 8192, 32, 8, 128))
+for B, L, H, Hkv, D in shapes:
     torch.manual_seed(0)
     k = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16)
     v = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16) + 1.0
@@ -67,6 +70,17 @@ for B, L, H, Hkv, D in ((1, 32768, 32, 8, 128), (32, 8192, 32, 8, 128)):
         with torch.nn.attention.sdpa_kernel(ctx):
             return F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)
 
+    if profile:
+        for depth in (None, 12.0):
+            cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
+            cache.add_request()
+            cache.extend(0, k[0], v[0])
+            out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
+            lse = torch.empty(B, H, dtype=torch.float32, device=dev)
+            for _ in range(5):
+                decode_step_cuda(cache, q, None, None, out, lse)
+            torch.cuda.synchronize()
+        break
     try:
         t_ref = timed(graphed(sdpa))
     except Exception as exc:  # noqa: BLE001

@@ -34,7 +34,7 @@ namespace {
 using namespace fold::decode;
 
 constexpr int kThreads = 256;
-constexpr int kChunk = 32;  // keys per inner step of a split (never straddles a page)
+constexpr int kChunk = 64;  // keys per inner step of a split (never straddles a page)
 constexpr float kLog2eF = 1.44269504088896340736f;
 constexpr float kLn2F = 0.693147180559945309417f;
 
@@ -410,6 +410,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
                                                                const int pass, int64_t *stats) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_any_cut, s_keys, s_live, s_ref, s_vref, s_flush;
+  __shared__ unsigned int s_live_mask[kChunk / 32];
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -527,9 +528,11 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
         if (live) atomicAdd(&s_live, 1);
         if (refine) atomicAdd(&s_ref, 1);
         if (vref) atomicAdd(&s_vref, 1);
-        if (!live) s_any_cut = 1;
+        if (!live) atomicOr(&s_any_cut, 1);
       }
       sm.flags[tid] = fl;
+      const unsigned int mask = __ballot_sync(0xffffffffu, (fl & kFlagLive) != 0);
+      if ((tid & 31) == 0) s_live_mask[tid >> 5] = mask;
     }
     __syncthreads();
     // Weights: live keys 2^(ell - Z) (fine logit if refined), cut keys 2^(s_A - Z).
@@ -556,13 +559,15 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
       }
     }
     __syncthreads();
-    // N: thread per (row, column), keys in index order.
+    // N: thread per (row, column), live keys in index order (bits of the live mask).
+    static_assert(kChunk == 64, "the live mask is two words");
+    const uint64_t live_mask = (static_cast<uint64_t>(s_live_mask[1]) << 32) | s_live_mask[0];
     for (int e = tid; e < G * D; e += blockDim.x) {
       const int g = e / D, d = e % D;
       float acc = sm.ns[e];
-      for (int k = 0; k < nk; ++k) {
+      for (uint64_t m = live_mask; m != 0; m &= m - 1) {
+        const int k = __ffsll(static_cast<long long>(m)) - 1;
         const int fl = sm.flags[k];
-        if (!(fl & kFlagLive)) continue;
         const int64_t vi = (rbase + k) * D + d;
         float v;
         if (v8)
@@ -673,7 +678,7 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const fold_kvc
     float n = 0.0f;
     for (int s = 0; s < nsplit; ++s) n = add_rn(n, ws.part_n[((row0 + g) * S + s) * D + d]);
     ws.part_n[((row0 + g) * S) * D + d] = n;  // split 0's slot keeps the sum
-    if (!isfinite(n)) s_bad[g] = 1;
+    if (!isfinite(n)) atomicOr(&s_bad[g], 1);
   }
   __syncthreads();
   if (pass == 0) {
