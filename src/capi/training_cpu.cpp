@@ -24,6 +24,9 @@ fold_status_t fold_fwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
     check_qkv(p, q, k, v);
     fold::check_tensor("out", out, *p, p->n_heads, true);
     fold::check_pointer("lse", lse, *p);
+    const int es = fold::dtype_size(p->dtype);
+    fold::check_disjoint({fold::view_extent("out", out, *p, p->n_heads, es),
+                          fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)});
     fold::cpu::forward(*p, q, k, v, out, lse);
   });
 }
@@ -39,6 +42,10 @@ fold_status_t fold_bwd_preprocess_cpu(const fold_attn_problem_t *p, fold_tensor_
     fold::check_tensor("dout", dout, *p, p->n_heads);
     fold::check_pointer("delta", delta, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
+    fold::check_disjoint(
+        {fold::array_extent("delta", delta, p->total_tokens * p->n_heads, 4),
+         fold::array_extent("bounds", bounds,
+                            static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS, 4)});
     fold::cpu::bwd_preprocess(*p, k, v, out, dout, delta, bounds);
   });
 }
@@ -54,6 +61,10 @@ fold_status_t fold_bwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
     fold::check_tensor("dq", dq, *p, p->n_heads, true);
     fold::check_tensor("dk", dk, *p, p->n_kv_heads, true);
     fold::check_tensor("dv", dv, *p, p->n_kv_heads, true);
+    const int es = fold::dtype_size(p->dtype);
+    fold::check_disjoint({fold::view_extent("dq", dq, *p, p->n_heads, es),
+                          fold::view_extent("dk", dk, *p, p->n_kv_heads, es),
+                          fold::view_extent("dv", dv, *p, p->n_kv_heads, es)});
     fold::cpu::backward(*p, q, k, v, out, dout, lse, dq, dk, dv);
   });
 }

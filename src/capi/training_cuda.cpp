@@ -34,29 +34,12 @@ void check_cuda_problem(const fold_attn_problem_t *p) {
     fold::fail("seqlen (max_seqlen) must be >= 1 for a packed batch on CUDA");
 }
 
-// Byte range [lo, hi) that a written view touches.
-struct Extent {
-  uintptr_t lo, hi;
-  const char *name;
-};
+using fold::check_disjoint;
+using fold::Extent;
 
 Extent view_extent(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
                    int heads) {
-  const int64_t last = (p.cu_seqlens == nullptr)
-                           ? static_cast<int64_t>(p.batch - 1) * t.batch_stride +
-                                 static_cast<int64_t>(p.seqlen - 1) * t.token_stride
-                           : (p.total_tokens - 1) * t.token_stride;
-  const int64_t elems = last + static_cast<int64_t>(heads - 1) * t.head_stride + p.head_dim;
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
-  return Extent{lo, lo + static_cast<uintptr_t>(elems) * 2u, name};
-}
-
-void check_disjoint(const std::vector<Extent> &written) {
-  for (size_t i = 0; i < written.size(); ++i)
-    for (size_t j = i + 1; j < written.size(); ++j)
-      if (written[i].lo < written[j].hi && written[j].lo < written[i].hi)
-        fold::fail(std::string(written[i].name) + " and " + written[j].name +
-                   " overlap (written outputs must be disjoint)");
+  return fold::view_extent(name, t, p, heads, 2);  // CUDA views are 16-bit
 }
 
 // A build without CUDA says so before judging the arguments (as the launchers would).
@@ -93,6 +76,7 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                                        fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout,
                                        float *delta, float *bounds, void *stream) {
   return fold::guarded("fold_bwd_preprocess_cuda", [&] {
+    require_cuda_build();
     check_cuda_problem(p);
     const struct {
       const char *name;
@@ -135,8 +119,14 @@ fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
 }
 
 size_t fold_bwd_cuda_workspace_size(const fold_attn_problem_t *p) {
-  if (p == nullptr) return 0;
-  return fold::cuda::backward_workspace(*p, nullptr).total_bytes;
+  // 0 (with fold_last_error set) for a problem fold_bwd_cuda would reject: the sizes below
+  // are only meaningful, and free of overflow, for a validated problem.
+  size_t bytes = 0;
+  const fold_status_t status = fold::guarded("fold_bwd_cuda_workspace_size", [&] {
+    check_cuda_problem(p);
+    bytes = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
+  });
+  return status == FOLD_OK ? bytes : 0;
 }
 
 fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,

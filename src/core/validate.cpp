@@ -7,6 +7,36 @@
 
 namespace fold {
 
+namespace {
+
+// Limits that keep every offset and size computation inside int64 (and the CUDA grid's y/z
+// dimensions inside their range), whatever the caller passes.
+constexpr int64_t kMaxTokens = int64_t{1} << 36;
+constexpr int32_t kMaxHeads = 65535;
+
+int64_t mul_add_checked(int64_t a, int64_t b, int64_t c, const std::string &what) {
+  int64_t prod = 0, sum = 0;
+  if (__builtin_mul_overflow(a, b, &prod) || __builtin_add_overflow(prod, c, &sum))
+    fail(what + ": the view's extent overflows 64-bit offsets");
+  return sum;
+}
+
+// Offset (in elements) of the last element a view addresses, overflow-checked.
+int64_t last_offset(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                    int heads) {
+  const std::string n(name);
+  const int64_t rows =
+      p.cu_seqlens == nullptr
+          ? mul_add_checked(
+                static_cast<int64_t>(p.batch) - 1, t.batch_stride,
+                mul_add_checked(static_cast<int64_t>(p.seqlen) - 1, t.token_stride, 0, n), n)
+          : mul_add_checked(p.total_tokens - 1, t.token_stride, 0, n);
+  return mul_add_checked(static_cast<int64_t>(heads) - 1, t.head_stride,
+                         mul_add_checked(1, rows, p.head_dim - 1, n), n);
+}
+
+}  // namespace
+
 int dtype_size(int dtype) {
   switch (dtype) {
     case FOLD_DTYPE_F32:
@@ -25,6 +55,8 @@ void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens) {
   if (p->seqlen < 0) fail("seqlen=" + std::to_string(p->seqlen) + " must be >= 0");
   if (p->n_heads < 1) fail("n_heads=" + std::to_string(p->n_heads) + " must be >= 1");
   if (p->n_kv_heads < 1) fail("n_kv_heads=" + std::to_string(p->n_kv_heads) + " must be >= 1");
+  if (p->n_heads > kMaxHeads)
+    fail("n_heads=" + std::to_string(p->n_heads) + " exceeds " + std::to_string(kMaxHeads));
   if (p->n_heads % p->n_kv_heads != 0)
     fail("n_heads=" + std::to_string(p->n_heads) +
          " is not a multiple of n_kv_heads=" + std::to_string(p->n_kv_heads));
@@ -36,7 +68,8 @@ void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens) {
     fail("causal=" + std::to_string(p->causal) + " must be 0 or 1");
   if (!std::isfinite(p->softmax_scale) || !(p->softmax_scale > 0.0f))
     fail("softmax_scale=" + std::to_string(p->softmax_scale) + " must be finite and > 0");
-  if (p->total_tokens < 0) fail("total_tokens must be >= 0");
+  if (p->total_tokens < 0 || p->total_tokens > kMaxTokens)
+    fail("total_tokens=" + std::to_string(p->total_tokens) + " is outside 0..2^36");
   if (p->cu_seqlens == nullptr) {
     if (p->total_tokens != static_cast<int64_t>(p->batch) * p->seqlen)
       fail("total_tokens=" + std::to_string(p->total_tokens) +
@@ -72,17 +105,39 @@ void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_prob
   if (p.total_tokens == 0) return;
   if (t.head_stride < 0 || t.token_stride < 0 || t.batch_stride < 0)
     fail(n + ": strides must be non-negative");
+  last_offset(name, t, p, heads);  // every address the kernels form stays in int64
   if (!output) return;
   if (t.head_stride < p.head_dim && heads > 1)
     fail(n + ": head_stride=" + std::to_string(t.head_stride) +
          " is below head_dim=" + std::to_string(p.head_dim) + " (output heads would overlap)");
-  if (t.token_stride < static_cast<int64_t>(heads - 1) * t.head_stride + p.head_dim)
+  if (t.token_stride < mul_add_checked(heads - 1, t.head_stride, p.head_dim, n))
     fail(n + ": token_stride=" + std::to_string(t.token_stride) +
          " is below (heads - 1) * head_stride + head_dim (output rows would overlap)");
   if (p.cu_seqlens == nullptr && p.batch > 1 &&
-      t.batch_stride < static_cast<int64_t>(p.seqlen) * t.token_stride)
+      t.batch_stride < mul_add_checked(p.seqlen, t.token_stride, 0, n))
     fail(n + ": batch_stride=" + std::to_string(t.batch_stride) +
          " is below seqlen * token_stride (output requests would overlap)");
+}
+
+Extent view_extent(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                   int heads, int elem_size) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+  if (p.total_tokens == 0) return Extent{lo, lo, name};
+  const int64_t elems = last_offset(name, t, p, heads) + 1;
+  return Extent{lo, lo + static_cast<uintptr_t>(elems) * static_cast<uintptr_t>(elem_size), name};
+}
+
+Extent array_extent(const char *name, const void *data, int64_t elems, int elem_size) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(data);
+  return Extent{lo, lo + static_cast<uintptr_t>(elems) * static_cast<uintptr_t>(elem_size), name};
+}
+
+void check_disjoint(const std::vector<Extent> &written) {
+  for (size_t i = 0; i < written.size(); ++i)
+    for (size_t j = i + 1; j < written.size(); ++j)
+      if (written[i].lo < written[j].hi && written[j].lo < written[i].hi)
+        fail(std::string(written[i].name) + " and " + written[j].name +
+             " overlap (written outputs must be disjoint)");
 }
 
 }  // namespace fold

@@ -2,6 +2,9 @@
 // name the offending argument. They throw fold::Error (see status.h).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "fold_attention/fold_attention.h"
 
 namespace fold {
@@ -18,6 +21,18 @@ void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_prob
                   bool output = false);
 
 void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t &p);
+
+// Byte range [lo, hi) that a view (or a flat array) touches.
+struct Extent {
+  uintptr_t lo, hi;
+  const char *name;
+};
+Extent view_extent(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                   int heads, int elem_size);
+Extent array_extent(const char *name, const void *data, int64_t elems, int elem_size);
+// Fails when two of the (written) ranges overlap: outputs must be disjoint, or a
+// multithreaded reference or a kernel would race on them.
+void check_disjoint(const std::vector<Extent> &written);
 
 int dtype_size(int dtype);
 

@@ -110,7 +110,10 @@ void backward_group(const fold_attn_problem_t &p, const fold_tensor_t &q, const 
           const bool masked = p.causal && (k0 + j > q0 + i);
           float pij = 0.0f, dsij = 0.0f;
           if (!masked) {
-            pij = std::exp2(dot(&qs[i * D], &ks[j * D], D) * scale_log2 - lse2[i]);
+            // P <= 1 holds exactly for the true LSE; the stored one is rounded (and huge
+            // logits leave fp32 only ulps of room), so clamp: the grid's and fp16's bounds
+            // rest on it (grid_scale.h).
+            pij = std::min(1.0f, std::exp2(dot(&qs[i * D], &ks[j * D], D) * scale_log2 - lse2[i]));
             const float dpij = dot(&dos[i * D], &vs[j * D], D);
             dsij = pij * (dpij - dl[i]);
           }

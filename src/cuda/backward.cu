@@ -210,7 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 bool ok = true;
                 if constexpr (kMasked)
                   ok = i < row_limit && j_rel < key_limit && (!p.causal || j_rel <= diag + i);
-                const float pij = ok ? fast_exp2(s[nt][2 * half + e] * scale_log2 - lse2) : 0.0f;
+                // Clamped to 1 as in the CPU reference: the stored LSE is rounded, and the
+                // grid's and fp16's bounds rest on P <= 1 (grid_scale.h).
+                const float pij =
+                    ok ? fminf(1.0f, fast_exp2(s[nt][2 * half + e] * scale_log2 - lse2)) : 0.0f;
                 pv[e] = pij;
                 dsv[e] = ok ? pij * (dp[nt][2 * half + e] - dl) * ds_scale : 0.0f;
               }

@@ -212,6 +212,50 @@ TEST(CApi, InputsMayUseAnyNonNegativeStrides) {
   EXPECT_EQ(copy.bytes, f.o.bytes);
 }
 
+TEST(CApi, RejectsStridesWhoseExtentOverflowsAndAliasedOutputs) {
+  {
+    Fixture f;
+    fold_tensor_t bad = f.o.view();
+    bad.head_stride = int64_t{1} << 62;  // heads * stride overflows int64
+    bad.token_stride = 1;
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), bad, f.lse.data()),
+                 "overflows 64-bit offsets");
+  }
+  {
+    Fixture f;
+    fold_tensor_t bad = f.k.view();
+    bad.token_stride = int64_t{1} << 61;  // an input whose addresses leave int64
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), bad, f.v.view(), f.o.view(), f.lse.data()),
+                 "k: the view's extent overflows");
+  }
+  {
+    Fixture f;  // lse written over out
+    expect_error(fold_fwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(),
+                              reinterpret_cast<float *>(f.o.bytes.data())),
+                 "out and lse overlap");
+  }
+  {
+    Fixture f;  // dq and dk aliased
+    HostTensor g(f.c.dtype, 16, 4, 16);
+    expect_error(fold_bwd_cpu(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), f.o.view(),
+                              f.lse.data(), g.view(), g.view(), f.v.view()),
+                 "dq and dk overlap");
+  }
+  {
+    Fixture f;
+    f.p.n_heads = 70000;
+    f.p.n_kv_heads = 2;
+    expect_error(fold_check_problem(&f.p, 1), "n_heads=70000 exceeds");
+  }
+}
+
+TEST(CApi, WorkspaceSizeOfAnInvalidProblemIsZero) {
+  Fixture f;
+  f.p.head_dim = -4;
+  EXPECT_EQ(fold_bwd_cuda_workspace_size(&f.p), 0u);
+  EXPECT_EQ(fold_bwd_cuda_workspace_size(nullptr), 0u);
+}
+
 TEST(CApi, Version) { EXPECT_STREQ(fold_version(), "0.1.0"); }
 
 }  // namespace
