@@ -1,11 +1,12 @@
 // C entry points of the decode CPU reference: validate the descriptors, then run it. Every
 // check that can fail runs before the cache is modified.
+#include "decode/decode_cpu.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-#include "decode/decode_cpu.h"
 #include "decode/decode_plan.h"
 #include "fold_attention/decode.h"
 
@@ -27,7 +28,8 @@ void check_cache_layout(const fold_kvcache_t *c) {
   if (c->dtype != FOLD_DTYPE_BF16 && c->dtype != FOLD_DTYPE_F16)
     fail("cache->dtype must be FOLD_DTYPE_BF16 or FOLD_DTYPE_F16");
   if (c->v8 != 0 && c->v8 != 1) fail("cache->v8 must be 0 or 1");
-  if (!c->k_a || !c->k_b || !c->k_scale) fail("cache K planes (k_a, k_b, k_scale) must be non-NULL");
+  if (!c->k_a || !c->k_b || !c->k_scale)
+    fail("cache K planes (k_a, k_b, k_scale) must be non-NULL");
   if (c->v8 ? (!c->v_a || !c->v_b || !c->v_exp) : !c->v)
     fail(c->v8 ? "cache->v_a, v_b and v_exp must be non-NULL when v8" : "cache->v is NULL");
   if (!c->v_page_sum || !c->heavy_keys || !c->page_table || !c->lengths)
@@ -52,7 +54,8 @@ void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
   if (p->dense != 0 && p->dense != 1) fail("params->dense must be 0 or 1");
   if (!p->dense && !(std::isfinite(p->depth) && p->depth > 0))
     fail("params->depth must be finite and > 0");
-  if (!(std::isfinite(p->refine_band) && p->refine_band >= 0)) fail("params->refine_band must be finite and >= 0");
+  if (!(std::isfinite(p->refine_band) && p->refine_band >= 0))
+    fail("params->refine_band must be finite and >= 0");
   if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
     fail("params->v_refine_band must be finite and >= 0");
 }
@@ -67,8 +70,9 @@ void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bo
   const int64_t inner = use_token ? t.token_stride : t.batch_stride;
   if (heads > 1 && t.head_stride < dim) fold::fail(n + ": head_stride must be >= head_dim");
   const int64_t span = static_cast<int64_t>(heads - 1) * t.head_stride + dim;
-  if (inner < span) fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
-                         " is too small for its heads (rows would overlap)");
+  if (inner < span)
+    fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
+               " is too small for its heads (rows would overlap)");
 }
 
 void check_pages_readable(const fold_kvcache_t &c) {
@@ -77,8 +81,8 @@ void check_pages_readable(const fold_kvcache_t &c) {
     for (int64_t i = 0; i < pages; ++i) {
       const int32_t page = c.page_table[b * static_cast<int64_t>(c.pages_per_request) + i];
       if (page < 0 || page >= c.num_pages)
-        fold::fail("page_table[" + std::to_string(b) + "][" + std::to_string(i) + "] = " +
-                   std::to_string(page) + " is not a page of the pool");
+        fold::fail("page_table[" + std::to_string(b) + "][" + std::to_string(i) +
+                   "] = " + std::to_string(page) + " is not a page of the pool");
     }
   }
 }
@@ -87,15 +91,16 @@ void check_pages_readable(const fold_kvcache_t &c) {
 
 extern "C" {
 
-fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request, int32_t n_tokens,
-                                      fold_tensor_t k, fold_tensor_t v) {
+fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request,
+                                      int32_t n_tokens, fold_tensor_t k, fold_tensor_t v) {
   return fold::guarded("fold_kvcache_append_cpu", [&] {
     fold::cpu::check_cache(cache);
     if (n_tokens < 0) fold::fail("n_tokens must be >= 0");
     if (n_tokens == 0) return;
     check_rows("k", k, cache->n_kv_heads, cache->head_dim, true);
     check_rows("v", v, cache->n_kv_heads, cache->head_dim, true);
-    fold::cpu::TokenRows rows{k.data, k.token_stride, k.head_stride, v.data, v.token_stride, v.head_stride};
+    fold::cpu::TokenRows rows{k.data, k.token_stride, k.head_stride,
+                              v.data, v.token_stride, v.head_stride};
     const fold::cpu::AppendPlan plan = fold::cpu::plan_append(*cache, request, n_tokens, rows, "");
     fold::cpu::commit_append(*cache, plan);
   });
@@ -114,7 +119,8 @@ fold_status_t fold_decode_cpu(const fold_kvcache_t *cache, const fold_decode_par
     if (k_step.data != nullptr) {
       check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
       check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
-      fold::cpu::TokenRows rows{k_step.data, 0, k_step.head_stride, v_step.data, 0, v_step.head_stride};
+      fold::cpu::TokenRows rows{k_step.data, 0, k_step.head_stride,
+                                v_step.data, 0, v_step.head_stride};
       for (int b = 0; b < c.batch; ++b) {
         if (c.lengths[b] < 0) continue;
         fold::cpu::TokenRows r = rows;

@@ -30,11 +30,15 @@ void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bo
 
 void check_cuda_cache(const fold_kvcache_t *c) {
   fold::cpu::check_cache_layout(c);
-  if (c->batch > 65535) fold::fail(FOLD_ERR_UNSUPPORTED, "cache->batch: the CUDA decode takes <= 65535 slots");
-  if (c->n_kv_heads > 65535) fold::fail(FOLD_ERR_UNSUPPORTED, "cache->n_kv_heads: <= 65535 on CUDA");
-  const uintptr_t planes[] = {reinterpret_cast<uintptr_t>(c->k_a), reinterpret_cast<uintptr_t>(c->k_b)};
+  if (c->batch > 65535)
+    fold::fail(FOLD_ERR_UNSUPPORTED, "cache->batch: the CUDA decode takes <= 65535 slots");
+  if (c->n_kv_heads > 65535)
+    fold::fail(FOLD_ERR_UNSUPPORTED, "cache->n_kv_heads: <= 65535 on CUDA");
+  const uintptr_t planes[] = {reinterpret_cast<uintptr_t>(c->k_a),
+                              reinterpret_cast<uintptr_t>(c->k_b)};
   for (uintptr_t p : planes)
-    if (p % 16 != 0) fold::fail(FOLD_ERR_UNSUPPORTED, "cache K planes must be 16-byte aligned on CUDA");
+    if (p % 16 != 0)
+      fold::fail(FOLD_ERR_UNSUPPORTED, "cache K planes must be 16-byte aligned on CUDA");
 }
 
 }  // namespace
@@ -42,13 +46,15 @@ void check_cuda_cache(const fold_kvcache_t *c) {
 extern "C" {
 
 size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads) {
-  if (cache == nullptr || n_heads < 1 || cache->batch < 1 || cache->head_dim < 1 || cache->max_len < 1)
+  if (cache == nullptr || n_heads < 1 || cache->batch < 1 || cache->head_dim < 1 ||
+      cache->max_len < 1)
     return 0;
   return fold::cuda::decode_workspace(*cache, n_heads, nullptr).total_bytes;
 }
 
-fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request, int32_t n_tokens,
-                                       fold_tensor_t k, fold_tensor_t v, void *stream) {
+fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request,
+                                       int32_t n_tokens, fold_tensor_t k, fold_tensor_t v,
+                                       void *stream) {
   return fold::guarded("fold_kvcache_append_cuda", [&] {
     require_cuda_build();
     check_cuda_cache(cache);
@@ -83,9 +89,10 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
     }
     const size_t need = fold::cuda::decode_workspace(c, params->n_heads, nullptr).total_bytes;
     if (workspace == nullptr || workspace_bytes < need)
-      fold::fail("workspace must hold at least fold_decode_cuda_workspace_size() = " + std::to_string(need) +
-                 " bytes");
-    if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) fold::fail("workspace must be 256-byte aligned");
+      fold::fail("workspace must hold at least fold_decode_cuda_workspace_size() = " +
+                 std::to_string(need) + " bytes");
+    if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+      fold::fail("workspace must be 256-byte aligned");
     fold::cuda::launch_decode(c, *params, q, k_step, v_step, out, lse, stats, workspace, stream);
   });
 }

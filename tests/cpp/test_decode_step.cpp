@@ -139,7 +139,8 @@ void reference(const Data &x, int L, int H, int Hk, int D, std::vector<double> &
     double m = -INFINITY;
     for (int j = 0; j < L; ++j) {
       double acc = 0;
-      for (int d = 0; d < D; ++d) acc += double(bf(x.q[h * D + d])) * bf(x.k[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
+      for (int d = 0; d < D; ++d)
+        acc += double(bf(x.q[h * D + d])) * bf(x.k[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
       m = std::max(m, s[j] = acc * scale);
     }
     double sum = 0;
@@ -147,7 +148,8 @@ void reference(const Data &x, int L, int H, int Hk, int D, std::vector<double> &
     lse[h] = m + std::log(sum);
     for (int j = 0; j < L; ++j) {
       const double p = std::exp(s[j] - lse[h]);
-      for (int d = 0; d < D; ++d) out[h * D + d] += p * bf(x.v[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
+      for (int d = 0; d < D; ++d)
+        out[h * D + d] += p * bf(x.v[(static_cast<size_t>(j) * Hk + h / G) * D + d]);
     }
   }
 }
@@ -341,7 +343,10 @@ TEST(DecodeStep, HeavyKeysTrackTheLargestScales) {
     // Expected: keys sorted by scale bits (desc), then index (asc); the first eight.
     std::vector<std::pair<int, int>> order;
     for (int j = 0; j < L; ++j)
-      order.push_back({-static_cast<int>(c.ks[(static_cast<size_t>(c.pt[j / c.page]) * Hk + h) * c.page + j % c.page]), j});
+      order.push_back(
+          {-static_cast<int>(
+               c.ks[(static_cast<size_t>(c.pt[j / c.page]) * Hk + h) * c.page + j % c.page]),
+           j});
     std::sort(order.begin(), order.end());
     for (int i = 0; i < FOLD_DECODE_HEAVY_KEYS; ++i)
       EXPECT_EQ(c.heavy[h * FOLD_DECODE_HEAVY_KEYS + i], order[i].second) << h << " " << i;
