@@ -54,6 +54,9 @@ class AttnSpec:
 def require_tensor(x, name: str, fn: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided or x.is_nested:
+        raise TypeError(f"{fn}: {name} must be a dense (strided) tensor, got layout {x.layout}"
+                        f"{' (nested)' if x.is_nested else ''}")
     return x
 
 
@@ -98,7 +101,10 @@ def check_softmax_scale(softmax_scale, head_dim: int, fn: str) -> float:
                 f"{fn}: softmax_scale must be a float or None, got "
                 f"{type(softmax_scale).__name__}"
             )
-        value = float(softmax_scale)
+        try:
+            value = float(softmax_scale)
+        except OverflowError:
+            raise ValueError(f"{fn}: softmax_scale={softmax_scale!r} is not a finite float") from None
         if not math.isfinite(value) or value <= 0.0:
             raise ValueError(f"{fn}: softmax_scale must be finite and > 0, got {value!r}")
     as_f32 = torch.tensor(value, dtype=torch.float32).item()
@@ -247,14 +253,21 @@ def validate_attention(
         if max_seqlen is None:
             raise ValueError(f"{fn}: under torch.compile, pass max_seqlen (cu_seqlens cannot be "
                              "read on the host while tracing)")
-        seqlen = require_int(max_seqlen, "max_seqlen", fn, minimum=0)
+        seqlen = require_int(max_seqlen, "max_seqlen", fn, minimum=1, maximum=2**31 - 1)
+        if q.device.type == "cuda":
+            # The CUDA kernels size their grids from max_seqlen; a longer request would be
+            # left partly uncomputed, and while tracing nothing can check it on the host.
+            raise NotImplementedError(
+                f"{fn}: varlen on CUDA under torch.compile is not supported yet (the kernels "
+                "cannot verify max_seqlen on the device); call it eagerly, or use dense inputs"
+            )
         batch = cu.shape[0] - 1
         cu_dev, cu_host = cu, (cu if cu.device.type == "cpu" else None)
     elif varlen:
         total = q.shape[0]
         cu_dev, cu_host, batch, longest = check_cu_seqlens(cu_seqlens, total, q.device, fn)
         if max_seqlen is not None:
-            given = require_int(max_seqlen, "max_seqlen", fn, minimum=0)
+            given = require_int(max_seqlen, "max_seqlen", fn, minimum=0, maximum=2**31 - 1)
             if given < longest:
                 raise ValueError(
                     f"{fn}: max_seqlen={given} is shorter than the longest sequence in "

@@ -97,7 +97,8 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
         if batch != 1:
             raise ValueError("attn_implementation='fold': packed sequences need batch size 1")
         cu = cu.to(device=q.device, dtype=torch.int32)
-        out = fold_attn_varlen_func(q[0], k[0], v[0], cu, causal=causal, softmax_scale=scaling)
+        out = fold_attn_varlen_func(q[0], k[0], v[0], cu, max_seqlen=kwargs.get("max_length_q"),
+                                    causal=causal, softmax_scale=scaling)
         return out.unsqueeze(0).to(dtype), None
 
     if attention_mask is None:
@@ -191,7 +192,15 @@ def generate(model, input_ids, max_new_tokens, depth=16, v8=False, forced=None, 
     instead of the argmax (teacher forcing), to compare two configurations step by step.
     """
     register()
+    previous = model.config._attn_implementation
     model.config._attn_implementation = NAME
+    try:
+        return _generate(model, input_ids, max_new_tokens, depth, v8, forced, **cache_kwargs)
+    finally:
+        model.config._attn_implementation = previous  # the caller's model is left as it was
+
+
+def _generate(model, input_ids, max_new_tokens, depth, v8, forced, **cache_kwargs):
     batch, prompt = input_ids.shape
     caches = FoldLayerCaches(model.config, batch, prompt + max_new_tokens, depth=depth, v8=v8,
                              device=input_ids.device, **cache_kwargs)

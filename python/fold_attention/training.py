@@ -140,6 +140,31 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
 # torch's allocator; work goes to torch's current stream).
 
 
+def _check_op_tensors(fn: str, q, k, v, cu_seqlens, out=None, dout=None, lse=None) -> None:
+    """Metadata checks (no host sync) for direct calls of the ops, which skip the public
+    functions' validation: a mismatched shape here would let the library read out of bounds."""
+    varlen = cu_seqlens is not None
+    nd = 3 if varlen else 4
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != nd or x.dtype != q.dtype or x.device != q.device:
+            raise ValueError(f"{fn}: {name} must be {nd}-D with q's dtype and device")
+    if (k.shape != v.shape or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]
+            or k.shape[-2] < 1 or q.shape[-2] % k.shape[-2] != 0):
+        raise ValueError(f"{fn}: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} "
+                         "do not form an attention call")
+    if varlen and (cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1
+                   or cu_seqlens.shape[0] < 2 or cu_seqlens.device != q.device):
+        raise ValueError(f"{fn}: cu_seqlens must be 1-D int32 with >= 2 entries on q's device")
+    for name, x in (("out", out), ("dout", dout)):
+        if x is not None and (x.shape != q.shape or x.dtype != q.dtype or x.device != q.device):
+            raise ValueError(f"{fn}: {name} must match q's shape, dtype and device")
+    if lse is not None:
+        total = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+        if tuple(lse.shape) != (q.shape[-2], total) or lse.dtype != torch.float32:
+            raise ValueError(f"{fn}: lse must be float32 of shape {(q.shape[-2], total)} "
+                             "(the layout fold_attention::fwd returns)")
+
+
 def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: float) -> AttnSpec:
     """The AttnSpec of an already validated call, rebuilt from its tensors (no host sync)."""
     varlen = cu_seqlens is not None
@@ -164,6 +189,7 @@ def _layout_for(device: torch.device):
 @torch.library.custom_op("fold_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
             seqlen: int, causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_op_tensors("fold_attention::fwd", q, k, v, cu_seqlens)
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
     layout = _layout_for(spec.device)
     q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
@@ -182,6 +208,7 @@ def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
 def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             dout: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor | None, seqlen: int,
             causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_op_tensors("fold_attention::bwd", q, k, v, cu_seqlens, out, dout, lse)
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
     layout = _layout_for(spec.device)
     q, k, v, out, dout = (layout(x, spec.varlen) for x in (q, k, v, out, dout))

@@ -66,7 +66,21 @@ def test_padded_batch_matches_unpadded_rows():
     assert torch.allclose(padded[1, :13], alone_b[0], atol=1e-5)
 
 
-def test_packed_padding_free_batch_is_bit_identical_to_separate_rows():
+def test_left_padded_batch_matches_unpadded_rows():
+    torch.manual_seed(4)
+    a = torch.randint(0, 97, (1, 11))
+    ids = torch.zeros(1, 18, dtype=torch.long)
+    mask = torch.zeros(1, 18, dtype=torch.long)
+    ids[0, 7:], mask[0, 7:] = a[0], 1  # left padding, as generation batches use
+    model = _model(fold_hf.NAME)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+        alone = model(input_ids=a).logits
+    assert torch.allclose(padded[0, 7:], alone[0], atol=1e-5)
+
+
+def test_packed_padding_free_batch_matches_separate_rows():
     torch.manual_seed(2)
     a, b = torch.randint(0, 97, (1, 17)), torch.randint(0, 97, (1, 24))
     model = _model(fold_hf.NAME)

@@ -96,3 +96,26 @@ def test_compile_fullgraph_on_cuda_matches_eager_bitwise():
     compiled = _loss_and_grads(torch.compile(step, fullgraph=True), q, k, v)
     for a, b in zip(eager, compiled):
         assert torch.equal(a, b)
+
+
+def test_direct_op_calls_with_mismatched_tensors_are_refused():
+    q, k, v = _inputs()
+    scale = 64 ** -0.5
+    with pytest.raises(ValueError, match="do not form an attention call"):
+        torch.ops.fold_attention.fwd(q, k[:, :2], v[:, :2], None, 40, True, scale)
+    out, lse = torch.ops.fold_attention.fwd(q, k, v, None, 40, True, scale)
+    with pytest.raises(ValueError, match="lse must be float32"):
+        torch.ops.fold_attention.bwd(q, k, v, out, out, torch.zeros(1), None, 40, True, scale)
+    with pytest.raises(ValueError, match="lse must be float32"):  # the user-facing (B, H, S) view
+        torch.ops.fold_attention.bwd(q, k, v, out, out, lse.view(4, 2, 40).permute(1, 0, 2),
+                                     None, 40, True, scale)
+
+
+def test_huge_logits_give_finite_gradients():
+    # Review finding: logits of ~1e7 left P > 1 after the LSE round trip (inf gradients).
+    for dtype, mag in ((torch.float16, 1000.0), (torch.bfloat16, 10000.0)):
+        q, k, v = _inputs(dtype=dtype, S=64, D=128)
+        q, k = (q.float() * mag).to(dtype), (k.float() * 1.0).to(dtype)
+        _, dq, dk, dv = _loss_and_grads(lambda q, k, v: fold_attn_func(q, k, v, causal=True), q, k, v)
+        for g in (dq, dk, dv):
+            assert torch.isfinite(g.float()).all()

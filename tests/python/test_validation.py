@@ -202,3 +202,13 @@ def test_cuda_training_rejects_unsupported_configurations():
     q, k, v = (x.cuda() for x in dense(D=64))
     with pytest.raises(NotImplementedError, match="float32"):
         fa.fold_attn_func(q, k, v)
+
+
+def test_sparse_nested_and_overflowing_arguments_raise_the_documented_types():
+    import fold_attention as fa
+
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(TypeError, match="q must be a dense"):
+        fa.fold_attn_func(q.to_sparse(), q, q)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        fa.fold_attn_func(q, q, q, softmax_scale=10**400)
