@@ -25,6 +25,12 @@ def _capability(index: int) -> tuple[tuple[int, int], str]:
 
 def require_cuda_kernels(device: torch.device, fn: str) -> None:
     """Raise unless `device` can run this library's CUDA kernels."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and compiler.is_compiling():
+        # While tracing, the ctypes and device queries cannot be traced (a graph break); the
+        # check has its effect in eager calls, and a traced call on an unsupported GPU still
+        # fails at run time with the CUDA runtime's error.
+        return
     if not _lib.built_with_cuda():
         raise NotImplementedError(
             f"{fn}: this build of FoldAttention has no CUDA kernels (it was built without "
