@@ -10,6 +10,7 @@ if ! python3 -c "import fold_attention" 2>/dev/null; then
   exit 1
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
+bash scripts/check_format.sh
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOLD_ENABLE_CUDA=OFF \
   -DFOLD_SANITIZE=ON -DFOLD_BUILD_TESTS=ON >/dev/null
 cmake --build build-test -j"$jobs"

@@ -9,8 +9,8 @@
  *   v          dtype  [num_pages, n_kv_heads, page_size, head_dim]  (v8 == 0)
  *   v_a, v_b   uint8  [num_pages, n_kv_heads, page_size, head_dim]  E4M3 planes (v8 == 1)
  *   v_exp      int32  [batch, n_kv_heads]                           v8: V scale 2^v_exp
- *   v_page_sum float  [num_pages, n_kv_heads, head_dim]             sum of V over each page's tokens
- *   heavy_keys int32  [batch, n_kv_heads, FOLD_DECODE_HEAVY_KEYS]   keys with the largest K
+ *   v_page_sum float  [num_pages, n_kv_heads, head_dim]             sum of V over each page's
+ * tokens heavy_keys int32  [batch, n_kv_heads, FOLD_DECODE_HEAVY_KEYS]   keys with the largest K
  *                                                                   scales (-1: none yet)
  *   page_table int32  [batch, pages_per_request]                    pool page of each page
  *   lengths    int32  [batch]                                       tokens; -1: free slot
@@ -83,8 +83,7 @@ typedef struct fold_decode_stats {
  * quantises, updates v_page_sum (and v_exp, re-scaling the request's planes if a value would
  * exceed E4M3), and advances lengths[request]. Nothing is written if any check fails. */
 FOLD_API fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t request,
-                                               int32_t n_tokens, fold_tensor_t k,
-                                               fold_tensor_t v);
+                                               int32_t n_tokens, fold_tensor_t k, fold_tensor_t v);
 
 /* One decode step. If k_step.data != NULL, first appends k_step/v_step ([batch, n_kv_heads,
  * head_dim], batch_stride and head_stride used) to every active request (lengths >= 0).
@@ -94,8 +93,7 @@ FOLD_API fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int3
 FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
                                        const fold_decode_params_t *params, fold_tensor_t q,
                                        fold_tensor_t k_step, fold_tensor_t v_step,
-                                       fold_tensor_t out, float *lse,
-                                       fold_decode_stats_t *stats);
+                                       fold_tensor_t out, float *lse, fold_decode_stats_t *stats);
 
 /* ---- CUDA ----------------------------------------------------------------------------
  * The cache arrays (lengths and page_table included) live on the device. Nothing is read
@@ -123,8 +121,8 @@ FOLD_API size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int
 /* fold_kvcache_append_cpu on the device (the request must be active with room and pages
  * for the tokens: not checked on the device). */
 FOLD_API fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request,
-                                                int32_t n_tokens, fold_tensor_t k,
-                                                fold_tensor_t v, void *stream);
+                                                int32_t n_tokens, fold_tensor_t k, fold_tensor_t v,
+                                                void *stream);
 
 /* fold_decode_cpu on the device. q, k_step, v_step, out, lse are device pointers; stats is
  * NULL or FOLD_DECODE_CUDA_STATS device int64 counters; workspace holds at least

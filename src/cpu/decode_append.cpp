@@ -50,8 +50,8 @@ AppendPlan plan_append(const fold_kvcache_t &c, int32_t b, int32_t n, const Toke
   for (int64_t t = L; t < static_cast<int64_t>(L) + n; t += 1) {
     const int32_t page = page_of(c, b, static_cast<int32_t>(t));
     if (page < 0 || page >= c.num_pages)
-      fail("page_table[" + std::to_string(b) + "][" + std::to_string(t / c.page_size) + "] = " +
-           std::to_string(page) + " is not a page of the pool");
+      fail("page_table[" + std::to_string(b) + "][" + std::to_string(t / c.page_size) +
+           "] = " + std::to_string(page) + " is not a page of the pool");
   }
   AppendPlan plan;
   plan.request = b;
@@ -139,7 +139,8 @@ void commit_append(const fold_kvcache_t &c, const AppendPlan &plan) {
   if (c.v8)
     for (int h = 0; h < Hk; ++h) {
       int32_t &x = c.v_exp[static_cast<int64_t>(b) * Hk + h];
-      if (x != decode::kVExpUnset && plan.v_exp[h] != x) rescale_v8(c, b, h, plan.first, x, plan.v_exp[h]);
+      if (x != decode::kVExpUnset && plan.v_exp[h] != x)
+        rescale_v8(c, b, h, plan.first, x, plan.v_exp[h]);
       x = plan.v_exp[h];
     }
   for (int32_t i = 0; i < plan.n; ++i) {

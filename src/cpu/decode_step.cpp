@@ -40,8 +40,15 @@ class Group {
  public:
   Group(const fold_kvcache_t &c, const fold_decode_params_t &p, const DecodeHooks &hooks, int b,
         int hk)
-      : c_(c), p_(p), hooks_(hooks), b_(b), hk_(hk), D_(c.head_dim), G_(p.n_heads / c.n_kv_heads),
-        L_(c.lengths[b]), log2d_(log2_pow2(c.head_dim)) {}
+      : c_(c),
+        p_(p),
+        hooks_(hooks),
+        b_(b),
+        hk_(hk),
+        D_(c.head_dim),
+        G_(p.n_heads / c.n_kv_heads),
+        L_(c.lengths[b]),
+        log2d_(log2_pow2(c.head_dim)) {}
 
   void run(fold_tensor_t q, fold_tensor_t out, float *lse, Counters &cnt) {
     if (L_ <= 0) {
@@ -52,7 +59,8 @@ class Group {
     score();
     std::vector<float> z(G_);
     ZSample plan;
-    plan_reference_sample(L_, plan, c_.heavy_keys + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * kHeavyKeys);
+    plan_reference_sample(
+        L_, plan, c_.heavy_keys + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * kHeavyKeys);
     std::vector<float> s(plan.n);
     for (int g = 0; g < G_; ++g) {
       for (int i = 0; i < plan.n; ++i) s[i] = fine(g, plan.key[i]);
@@ -85,13 +93,15 @@ class Group {
 
  private:
   int64_t key_base(int32_t j) const {
-    const int32_t page = c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
+    const int32_t page =
+        c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
     return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * c_.page_size + j % c_.page_size;
   }
   int head(int g) const { return hk_ * G_ + g; }
   // Offset of key j's page V sum in v_page_sum.
   int64_t page_sum_offset(int32_t j) const {
-    const int32_t page = c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
+    const int32_t page =
+        c_.page_table[static_cast<int64_t>(b_) * c_.pages_per_request + j / c_.page_size];
     return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * D_;
   }
   // Whether P is an fp16 operand (an fp16 cache without v8) rather than bf16.
@@ -100,7 +110,9 @@ class Group {
   void write_empty(fold_tensor_t out, float *lse) {
     for (int g = 0; g < G_; ++g) {
       for (int d = 0; d < D_; ++d) store(out, g, d, 0.0f);
-      if (lse) lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] = -std::numeric_limits<float>::infinity();
+      if (lse)
+        lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] =
+            -std::numeric_limits<float>::infinity();
     }
   }
 
@@ -113,7 +125,7 @@ class Group {
   }
 
   // Query rows: q * (softmax_scale * log2 e) in fp32, rotated, split into two planes.
-public:
+ public:
   void front(fold_tensor_t q) {
     qa_.assign(static_cast<size_t>(G_) * D_, 0);
     qb_.assign(static_cast<size_t>(G_) * D_, 0);
@@ -123,8 +135,9 @@ public:
     for (int g = 0; g < G_; ++g) {
       const int64_t base = b_ * q.batch_stride + head(g) * q.head_stride;
       for (int d = 0; d < D_; ++d) {
-        const float x = c_.dtype == FOLD_DTYPE_BF16 ? to_float(static_cast<const bf16_t *>(q.data)[base + d])
-                                                   : to_float(static_cast<const f16_t *>(q.data)[base + d]);
+        const float x = c_.dtype == FOLD_DTYPE_BF16
+                            ? to_float(static_cast<const bf16_t *>(q.data)[base + d])
+                            : to_float(static_cast<const f16_t *>(q.data)[base + d]);
         y[d] = mul_rn(x, cmul);
       }
       hadamard_unnormalised(y.data(), D_);
@@ -136,7 +149,7 @@ public:
     }
   }
 
-private:
+ private:
   // Integer dots of every key against every row; coarse logits.
   void score() {
     const size_t n = static_cast<size_t>(G_) * L_;
@@ -189,7 +202,8 @@ private:
 
   bool row_ok(int g) const {
     const float t = t_[g];
-    if (!(t >= exp2i(kGuardLoLog2) && t <= exp2i(p_f16() ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) return false;
+    if (!(t >= exp2i(kGuardLoLog2) && t <= exp2i(p_f16() ? kGuardHiLog2F16 : kGuardHiLog2Bf16)))
+      return false;
     for (int d = 0; d < D_; ++d)
       if (!std::isfinite(n_[static_cast<size_t>(g) * D_ + d])) return false;
     return true;
@@ -261,7 +275,8 @@ private:
         vref = vref && live;
         cnt.keys += 1;
         cnt.bytes += D_ + 2.0;
-        if (verdicts) (*verdicts)[j] = static_cast<uint8_t>((live ? 1 : 0) | (refine ? 2 : 0) | (vref ? 4 : 0));
+        if (verdicts)
+          (*verdicts)[j] = static_cast<uint8_t>((live ? 1 : 0) | (refine ? 2 : 0) | (vref ? 4 : 0));
         if (!live) {
           any_cut = true;
           for (int g = 0; g < G_; ++g)
@@ -328,7 +343,8 @@ private:
       // The LSE takes the unrounded weights' total (the output needs the rounded ones).
       if (lse)
         lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] =
-            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t_lse_[g]))) : -std::numeric_limits<float>::infinity();
+            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t_lse_[g])))
+               : -std::numeric_limits<float>::infinity();
       if (hooks_.z) (*hooks_.z)[static_cast<size_t>(b_) * p_.n_heads + head(g)] = z[g];
     }
   }

@@ -43,12 +43,15 @@ void check(cudaError_t err, const char *what) {
 }
 
 __device__ __forceinline__ int64_t key_row(const fold_kvcache_t &c, int32_t b, int hk, int32_t t) {
-  const int32_t page = c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
+  const int32_t page =
+      c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
   return (static_cast<int64_t>(page) * c.n_kv_heads + hk) * c.page_size + t % c.page_size;
 }
 
-__device__ __forceinline__ int64_t page_sum_base(const fold_kvcache_t &c, int32_t b, int hk, int32_t t) {
-  const int32_t page = c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
+__device__ __forceinline__ int64_t page_sum_base(const fold_kvcache_t &c, int32_t b, int hk,
+                                                 int32_t t) {
+  const int32_t page =
+      c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
   return (static_cast<int64_t>(page) * c.n_kv_heads + hk) * c.head_dim;
 }
 
@@ -114,7 +117,8 @@ __device__ __forceinline__ int64_t src_row(const AppendArgs &a, const fold_tenso
 
 // v8: the (request, KV head)'s exponent after the append; grows it (re-quantising the
 // request's stored planes, as commit_append does) when a new value would not fit.
-__global__ void __launch_bounds__(kThreads) append_v8_exp_kernel(const fold_kvcache_t c, const AppendArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    append_v8_exp_kernel(const fold_kvcache_t c, const AppendArgs a) {
   __shared__ unsigned int s_amax;
   __shared__ int s_from, s_to;
   const int hk = blockIdx.y;
@@ -164,7 +168,8 @@ __global__ void __launch_bounds__(kThreads) append_v8_exp_kernel(const fold_kvca
 
 // K planes and scale, V (or its v8 planes) and the page V sums of the unit's tokens, in
 // token order (the page sum of column d is owned by thread d).
-__global__ void __launch_bounds__(kThreads) append_rows_kernel(const fold_kvcache_t c, const AppendArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    append_rows_kernel(const fold_kvcache_t c, const AppendArgs a) {
   __shared__ float y[256];
   __shared__ unsigned int s_amax;
   const int hk = blockIdx.y;
@@ -281,12 +286,14 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
 
 // Quantises row `row` of q (block-wide): y = H(q * cmul), planes into qa/qb (global and
 // the given shared copies); returns nothing, writes sq.
-__device__ __forceinline__ void quantise_q_row(const fold_kvcache_t &c, const fold_tensor_t &q, float cmul, int b, int h,
-                                               const Ws &ws, int H, float *y, unsigned int *s_amax, int8_t *sa,
+__device__ __forceinline__ void quantise_q_row(const fold_kvcache_t &c, const fold_tensor_t &q,
+                                               float cmul, int b, int h, const Ws &ws, int H,
+                                               float *y, unsigned int *s_amax, int8_t *sa,
                                                int8_t *sb) {
   const int D = c.head_dim, tid = threadIdx.x;
   if (tid == 0) *s_amax = 0u;
-  if (tid < D) y[tid] = mul_rn(load16(c.dtype, q.data, b * q.batch_stride + h * q.head_stride + tid), cmul);
+  if (tid < D)
+    y[tid] = mul_rn(load16(c.dtype, q.data, b * q.batch_stride + h * q.head_stride + tid), cmul);
   __syncthreads();
   for (int s = 1; s < D; s *= 2) {
     for (int idx = tid; idx < D / 2; idx += blockDim.x) {
@@ -317,9 +324,9 @@ __device__ __forceinline__ void quantise_q_row(const fold_kvcache_t &c, const fo
 constexpr int kFrontRows = kThreads / 32;  // rows per batch: one warp computes each row's Z
 
 // grid (Hkv, B), 256 threads.
-__global__ void __launch_bounds__(kThreads) decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q,
-                                                               const float cmul, const int H, const Ws ws,
-                                                               int64_t *stats) {
+__global__ void __launch_bounds__(kThreads)
+    decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
+                        const int H, const Ws ws, int64_t *stats) {
   __shared__ float y[256];
   __shared__ unsigned int s_amax;
   __shared__ __align__(16) int8_t qa8[kFrontRows][256];
@@ -333,7 +340,8 @@ __global__ void __launch_bounds__(kThreads) decode_front_kernel(const fold_kvcac
   const int D = c.head_dim, G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
-    plan_reference_sample(L, zs, c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys);
+    plan_reference_sample(
+        L, zs, c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys);
     stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(zs.n) * (2 * D + 2));
   }
   __syncthreads();
@@ -381,7 +389,8 @@ __global__ void __launch_bounds__(kThreads) decode_front_kernel(const fold_kvcac
         for (int i = lane; i < h; i += 32) x[i] = add_rn(x[i], x[i + h]);
         __syncwarp();
       }
-      if (lane == 0) ws.z[static_cast<int64_t>(b) * H + hk * G + g0 + warp] = add_rn(m, log2_fp(x[0]));
+      if (lane == 0)
+        ws.z[static_cast<int64_t>(b) * H + hk * G + g0 + warp] = add_rn(m, log2_fp(x[0]));
     }
     __syncthreads();
   }
@@ -405,9 +414,9 @@ __host__ __device__ inline size_t split_smem_bytes(int G, int D) {
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
 // grid (splits, Hkv, B). Pass 0: every group; pass 1: only groups the guard flagged.
-__global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcache_t c,
-                                                               const fold_decode_params_t p, const Ws ws,
-                                                               const int pass, int64_t *stats) {
+__global__ void __launch_bounds__(kThreads)
+    decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                        const int pass, int64_t *stats) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_any_cut, s_keys, s_live, s_ref, s_vref, s_flush;
   __shared__ unsigned int s_live_mask[kChunk / 32];
@@ -523,7 +532,8 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
         }
         refine = refine && live;
         vref = vref && live;
-        fl = kFlagPresent | (live ? kFlagLive : 0) | (refine ? kFlagRefine : 0) | (vref ? kFlagVRefine : 0);
+        fl = kFlagPresent | (live ? kFlagLive : 0) | (refine ? kFlagRefine : 0) |
+             (vref ? kFlagVRefine : 0);
         atomicAdd(&s_keys, 1);
         if (live) atomicAdd(&s_live, 1);
         if (refine) atomicAdd(&s_ref, 1);
@@ -608,9 +618,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
   }
   if (tid == 0) {
     const int64_t vbytes = v8 ? D : 2 * D;
-    const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) + static_cast<int64_t>(s_live) * vbytes +
-                          static_cast<int64_t>(s_ref) * D + static_cast<int64_t>(s_vref) * D +
-                          static_cast<int64_t>(s_flush) * 4 * D;
+    const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
+                          static_cast<int64_t>(s_live) * vbytes + static_cast<int64_t>(s_ref) * D +
+                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(s_flush) * 4 * D;
     if (pass == 0) {
       unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
       stat_add(gc + 0, s_keys);
@@ -632,10 +642,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const fold_kvcac
 
 // grid (Hkv, B). Pass 0: sums the splits in order, flags groups with a row outside the
 // guard window (their output comes from pass 1), else writes o and the LSE.
-__global__ void __launch_bounds__(kThreads) decode_combine_kernel(const fold_kvcache_t c,
-                                                                 const fold_decode_params_t p, const Ws ws,
-                                                                 const fold_tensor_t out, float *lse,
-                                                                 const int pass, int64_t *stats) {
+__global__ void __launch_bounds__(kThreads)
+    decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          const fold_tensor_t out, float *lse, const int pass, int64_t *stats) {
   __shared__ float s_t[64], s_tl[64];
   __shared__ int s_bad[64];
   __shared__ int s_nbad;
@@ -693,7 +702,8 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const fold_kvc
       stat_add(stat_ptr(stats, kRows), G);
       if (s_nbad > 0) {
         stat_add(stat_ptr(stats, kFixupRows), s_nbad);
-        stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
+        stat_add(stat_ptr(stats, kBytes),
+                 static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
       } else {
         stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
         stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
@@ -717,15 +727,16 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const fold_kvc
     for (int g = tid; g < G; g += blockDim.x) {
       const float t = s_t[g];
       const bool ok = t > 0.0f && isfinite(t);
-      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g]))) : __uint_as_float(0xff800000u);
+      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g])))
+                         : __uint_as_float(0xff800000u);
     }
 }
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
 // grid (Hkv, B).
-__global__ void __launch_bounds__(kThreads) decode_fixup_z_kernel(const fold_kvcache_t c,
-                                                                 const fold_decode_params_t p, const Ws ws) {
+__global__ void __launch_bounds__(kThreads)
+    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -749,7 +760,8 @@ __global__ void __launch_bounds__(kThreads) decode_fixup_z_kernel(const fold_kvc
       const int64_t kr = key_row(c, b, hk, j);
       int32_t aa, ba;
       dot2_i8(qa, qb, c.k_a + kr * D, D, aa, ba);
-      return coarse_logit(aa, ba, logit_multiplier(sq, bf16_bits_to_float(c.k_scale[kr]), 8 + log2d));
+      return coarse_logit(aa, ba,
+                          logit_multiplier(sq, bf16_bits_to_float(c.k_scale[kr]), 8 + log2d));
     };
     float m = __uint_as_float(0xff800000u);
     for (int32_t j = tid; j < L; j += blockDim.x) {
@@ -808,8 +820,8 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
 
 }  // namespace
 
-void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens, fold_tensor_t k,
-                           fold_tensor_t v, void *stream) {
+void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
+                           fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
   const AppendArgs a{request, n_tokens, k, v};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
@@ -817,13 +829,14 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 }
 
 void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
-                   fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse, int64_t *stats,
-                   void *workspace, void *stream_ptr) {
+                   fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
+                   int64_t *stats, void *workspace, void *stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const DecodeWorkspace w = decode_workspace(c, p.n_heads, workspace);
   const Ws ws = carve(w);
   if (stats != nullptr)
-    check(cudaMemsetAsync(stats, 0, FOLD_DECODE_CUDA_STATS * sizeof(int64_t), stream), "cudaMemsetAsync(stats)");
+    check(cudaMemsetAsync(stats, 0, FOLD_DECODE_CUDA_STATS * sizeof(int64_t), stream),
+          "cudaMemsetAsync(stats)");
   check(cudaMemsetAsync(w.gcnt, 0, w.gcnt_bytes, stream), "cudaMemsetAsync(workspace)");
   if (k_step.data != nullptr) {
     const AppendArgs a{-1, 1, k_step, v_step};
@@ -831,7 +844,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   }
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
-  decode_front_kernel<<<dim3(c.n_kv_heads, c.batch), kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+  decode_front_kernel<<<dim3(c.n_kv_heads, c.batch), kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                            ws, stats);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
   if (smem > 48 * 1024)

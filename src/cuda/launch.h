@@ -50,8 +50,8 @@ void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_t
                            fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
                            void *stream);
 
-void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
-                    fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
+void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                    fold_tensor_t out, float *lse, void *stream);
 
 // Runs preprocess, main kernel and postprocess on `stream`; `workspace` holds at least
 // backward_workspace(p, nullptr).total_bytes bytes.
@@ -86,10 +86,17 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t D = static_cast<size_t>(c.head_dim);
   const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
-  const size_t sizes[11] = {align256(rows * D),      align256(rows * D),          align256(rows * 4),
-                            align256(rows * 4),      align256(rows * 4),          align256(rows * splits * D * 4),
-                            align256(rows * splits * 4), align256(rows * splits * 4), align256(groups * 4),
-                            align256(groups * 5 * 8), 0};
+  const size_t sizes[11] = {align256(rows * D),
+                            align256(rows * D),
+                            align256(rows * 4),
+                            align256(rows * 4),
+                            align256(rows * 4),
+                            align256(rows * splits * D * 4),
+                            align256(rows * splits * 4),
+                            align256(rows * splits * 4),
+                            align256(groups * 4),
+                            align256(groups * 5 * 8),
+                            0};
   DecodeWorkspace w{};
   w.splits = splits;
   w.gcnt_bytes = groups * 5 * 8;
@@ -118,14 +125,14 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
 
 // Cache writer: n_tokens rows of k, v (token_stride, head_stride) appended to `request`
 // (device-side length). Three kernels, no host read of device memory.
-void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens, fold_tensor_t k,
-                           fold_tensor_t v, void *stream);
+void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
+                           fold_tensor_t k, fold_tensor_t v, void *stream);
 
 // One decode step (optional one-token append per active request, front, splits, combine,
 // guard fix-up), all on `stream`; `workspace` holds decode_workspace(...).total_bytes; stats
 // (FOLD_DECODE_CUDA_STATS int64 on the device) may be NULL.
 void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
-                   fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse, int64_t *stats,
-                   void *workspace, void *stream);
+                   fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
+                   int64_t *stats, void *workspace, void *stream);
 
 }  // namespace fold::cuda

@@ -26,12 +26,14 @@ void launch_backward(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, 
   no_cuda();
 }
 
-void launch_kvcache_append(const fold_kvcache_t &, int32_t, int32_t, fold_tensor_t, fold_tensor_t, void *) {
+void launch_kvcache_append(const fold_kvcache_t &, int32_t, int32_t, fold_tensor_t, fold_tensor_t,
+                           void *) {
   no_cuda();
 }
 
-void launch_decode(const fold_kvcache_t &, const fold_decode_params_t &, fold_tensor_t, fold_tensor_t,
-                   fold_tensor_t, fold_tensor_t, float *, int64_t *, void *, void *) {
+void launch_decode(const fold_kvcache_t &, const fold_decode_params_t &, fold_tensor_t,
+                   fold_tensor_t, fold_tensor_t, fold_tensor_t, float *, int64_t *, void *,
+                   void *) {
   no_cuda();
 }
 

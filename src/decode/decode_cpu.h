@@ -20,9 +20,9 @@ struct TokenRows {
 // What an append will write, computed (and checked) before anything is written.
 struct AppendPlan {
   int32_t request = 0, first = 0, n = 0;
-  std::vector<float> k_rot;     // [n][Hkv][D] rotated keys
-  std::vector<float> v;         // [n][Hkv][D] values as floats
-  std::vector<int32_t> v_exp;   // v8: [Hkv] exponent after the append
+  std::vector<float> k_rot;    // [n][Hkv][D] rotated keys
+  std::vector<float> v;        // [n][Hkv][D] values as floats
+  std::vector<int32_t> v_exp;  // v8: [Hkv] exponent after the append
 };
 
 // Checks an append of n tokens to request b (active, room, pages, finite data, v8 range);

@@ -48,7 +48,9 @@ FOLD_HD uint16_t bf16_bits_round_up(float x) {
   if (u & 0xffffu) u = (u & 0xffff0000u) + 0x10000u;
   return static_cast<uint16_t>(u >> 16);
 }
-FOLD_HD float bf16_bits_to_float(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
+FOLD_HD float bf16_bits_to_float(uint16_t b) {
+  return bits_to_float(static_cast<uint32_t>(b) << 16);
+}
 
 FOLD_HD uint16_t plane_scale_bits(float amax) {
   return bf16_bits_round_up(div_rn(amax, static_cast<float>(kPlaneMax)));
@@ -102,8 +104,8 @@ FOLD_HD float coarse_logit(int32_t i_aa, int32_t i_ba, float mult_coarse) {
   return mul_rn(static_cast<float>(i_aa * 256 + i_ba), mult_coarse);
 }
 FOLD_HD float fine_logit(int32_t i_aa, int32_t i_ba, int32_t i_ab, int32_t i_bb, float mult_fine) {
-  const int64_t c = static_cast<int64_t>(i_aa) * 65536 +
-                    static_cast<int64_t>(i_ab + i_ba) * 256 + static_cast<int64_t>(i_bb);
+  const int64_t c = static_cast<int64_t>(i_aa) * 65536 + static_cast<int64_t>(i_ab + i_ba) * 256 +
+                    static_cast<int64_t>(i_bb);
   return mul_rn(static_cast<float>(c), mult_fine);
 }
 

@@ -18,8 +18,8 @@
 
 namespace fold::decode {
 
-constexpr int kVExpUnset = -1000;     // no non-zero value written yet
-constexpr int kVHeadroomLog2 = 6;     // chosen exponents leave |y| <= 2^6
+constexpr int kVExpUnset = -1000;  // no non-zero value written yet
+constexpr int kVHeadroomLog2 = 6;  // chosen exponents leave |y| <= 2^6
 constexpr int kVExpMin = -120, kVExpMax = 120;
 
 // ceil(log2(amax)) - kVHeadroomLog2 for amax > 0 finite, clamped to [kVExpMin, kVExpMax].
