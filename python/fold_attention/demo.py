@@ -12,8 +12,8 @@ promise, checked.
    per-step argmax agreement and the largest logit difference.
 3. Runs one causal GQA training step and checks that its gradients are bit-identical under
    repeat, inside a batch and packed (python -m fold_attention._demo_training).
-Decode runs on the CPU reference backend in this build (the CUDA decode kernels are not
-built yet); training uses the GPU where its kernels exist.
+The model and its decode run on the CPU (the reference backend), so the demo runs on any
+machine; the same FoldKVCache runs on an SM90 GPU with device='cuda'.
 """
 
 from __future__ import annotations
