@@ -172,3 +172,16 @@ def assert_bitwise_equal(a, b, what=""):
     if not torch.equal(ba, bb):
         n = (ba != bb).sum().item()
         raise AssertionError(f"{what}: {n} of {a.numel()} elements differ in their bits")
+
+
+def gpu_ready() -> tuple[bool, str]:
+    """(True, "") where the GPU tests can run: a CUDA device and a library built with CUDA."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    try:
+        if not fa.built_with_cuda():
+            return False, "library built without CUDA"
+    except OSError as exc:  # library not found: let the CPU tests report that
+        return False, str(exc)
+    return True, ""
+

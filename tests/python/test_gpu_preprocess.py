@@ -6,23 +6,11 @@ Skipped without a CUDA device or when the library was built without CUDA.
 import pytest
 import torch
 
-import fold_attention as fa
 from fold_attention import ops
-from helpers import cu_from_lengths, randn
+from helpers import cu_from_lengths, randn, gpu_ready
 
 
-def _gpu_ready():
-    if not torch.cuda.is_available():
-        return False, "no CUDA device"
-    try:
-        if not fa.built_with_cuda():
-            return False, "library built without CUDA"
-    except OSError as exc:  # library not found: let the CPU tests report that
-        return False, str(exc)
-    return True, ""
-
-
-_READY, _WHY = _gpu_ready()
+_READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
 
 

@@ -6,6 +6,7 @@ import torch
 
 import fold_attention  # noqa: F401  (registers fold_attention::fwd / ::bwd)
 from fold_attention import fold_attn_func, fold_attn_varlen_func
+from helpers import gpu_ready
 
 
 def _inputs(dtype=torch.bfloat16, B=2, S=40, H=4, Hkv=2, D=64, seed=0):
@@ -74,17 +75,8 @@ def test_compile_varlen_without_max_seqlen_says_what_to_pass():
         fn(q, k, v, cu)
 
 
-def _cuda_ready():
-    if not torch.cuda.is_available():
-        return False
-    try:
-        return fold_attention.built_with_cuda()
-    except OSError:
-        return False
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA GPU and a CUDA build")
+@pytest.mark.skipif(not gpu_ready()[0], reason="needs a CUDA GPU and a CUDA build")
 def test_compile_fullgraph_on_cuda_matches_eager_bitwise():
     torch._dynamo.reset()
     q, k, v = (x.cuda() for x in _inputs(S=256, D=128))
