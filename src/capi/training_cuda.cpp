@@ -78,18 +78,10 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
   return fold::guarded("fold_bwd_preprocess_cuda", [&] {
     require_cuda_build();
     check_cuda_problem(p);
-    const struct {
-      const char *name;
-      const fold_tensor_t &t;
-      int heads;
-    } views[] = {{"k", k, p->n_kv_heads},
-                 {"v", v, p->n_kv_heads},
-                 {"out", out, p->n_heads},
-                 {"dout", dout, p->n_heads}};
-    for (const auto &view : views) {
-      fold::check_tensor(view.name, view.t, *p, view.heads);
-      if (p->total_tokens > 0) check_cuda_view(view.name, view.t, *p);
-    }
+    check_views(p, {{"k", k, p->n_kv_heads, false},
+                    {"v", v, p->n_kv_heads, false},
+                    {"out", out, p->n_heads, false},
+                    {"dout", dout, p->n_heads, false}});
     fold::check_pointer("delta", delta, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
     fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, stream);
@@ -108,12 +100,8 @@ fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
                     {"out", out, p->n_heads, true}});
     fold::check_pointer("lse", lse, *p);
     if (p->total_tokens == 0) return;
-    const uintptr_t lse_lo = reinterpret_cast<uintptr_t>(lse);
     check_disjoint({view_extent("out", out, *p, p->n_heads),
-                    Extent{lse_lo,
-                           lse_lo + static_cast<uintptr_t>(p->n_heads) *
-                                        static_cast<uintptr_t>(p->total_tokens) * 4u,
-                           "lse"}});
+                    fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)});
     fold::cuda::launch_forward(*p, q, k, v, out, lse, stream);
   });
 }
@@ -154,10 +142,9 @@ fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
     if (workspace_bytes < need)
       fold::fail("workspace_bytes=" + std::to_string(workspace_bytes) +
                  " is below fold_bwd_cuda_workspace_size()=" + std::to_string(need));
-    const uintptr_t ws_lo = reinterpret_cast<uintptr_t>(workspace);
     check_disjoint({view_extent("dq", dq, *p, p->n_heads), view_extent("dk", dk, *p, p->n_kv_heads),
                     view_extent("dv", dv, *p, p->n_kv_heads),
-                    Extent{ws_lo, ws_lo + need, "workspace"}});
+                    fold::array_extent("workspace", workspace, static_cast<int64_t>(need), 1)});
     fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, workspace, stream);
   });
 }
