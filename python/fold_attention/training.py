@@ -66,30 +66,14 @@ def _forward(spec: AttnSpec, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     if spec.total_tokens == 0:
         return out, lse
     lib = _lib.library()
+    args = [fold_tensor(x, spec.varlen) for x in (q, k, v, out)] + [float_ptr(lse)]
     if spec.device.type == "cuda":
         problem = make_problem(spec, host=False)
         with torch.cuda.device(spec.device):
-            status = lib.fold_fwd_cuda(
-                problem,
-                fold_tensor(q, spec.varlen),
-                fold_tensor(k, spec.varlen),
-                fold_tensor(v, spec.varlen),
-                fold_tensor(out, spec.varlen),
-                float_ptr(lse),
-                _stream(spec.device),
-            )
+            status = lib.fold_fwd_cuda(problem, *args, _stream(spec.device))
         _lib.check(status, "fold_fwd_cuda")
-        return out, lse
-    problem = make_problem(spec, host=True)
-    status = lib.fold_fwd_cpu(
-        problem,
-        fold_tensor(q, spec.varlen),
-        fold_tensor(k, spec.varlen),
-        fold_tensor(v, spec.varlen),
-        fold_tensor(out, spec.varlen),
-        float_ptr(lse),
-    )
-    _lib.check(status, "fold_fwd_cpu")
+    else:
+        _lib.check(lib.fold_fwd_cpu(make_problem(spec, host=True), *args), "fold_fwd_cpu")
     return out, lse
 
 
@@ -100,36 +84,21 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
     if spec.total_tokens == 0:
         return dq, dk, dv
     lib = _lib.library()
+    args = (
+        [fold_tensor(x, spec.varlen) for x in (q, k, v, out, dout)]
+        + [float_ptr(lse)]
+        + [fold_tensor(x, spec.varlen) for x in (dq, dk, dv)]
+    )
     if spec.device.type == "cuda":
         problem = make_problem(spec, host=False)
         size = int(lib.fold_bwd_cuda_workspace_size(problem))
         workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=spec.device)
         with torch.cuda.device(spec.device):
-            status = lib.fold_bwd_cuda(
-                problem,
-                *(fold_tensor(x, spec.varlen) for x in (q, k, v, out, dout)),
-                float_ptr(lse),
-                *(fold_tensor(x, spec.varlen) for x in (dq, dk, dv)),
-                workspace.data_ptr(),
-                size,
-                _stream(spec.device),
-            )
+            status = lib.fold_bwd_cuda(problem, *args, workspace.data_ptr(), size,
+                                       _stream(spec.device))
         _lib.check(status, "fold_bwd_cuda")
-        return dq, dk, dv
-    problem = make_problem(spec, host=True)
-    status = lib.fold_bwd_cpu(
-        problem,
-        fold_tensor(q, spec.varlen),
-        fold_tensor(k, spec.varlen),
-        fold_tensor(v, spec.varlen),
-        fold_tensor(out, spec.varlen),
-        fold_tensor(dout, spec.varlen),
-        float_ptr(lse),
-        fold_tensor(dq, spec.varlen),
-        fold_tensor(dk, spec.varlen),
-        fold_tensor(dv, spec.varlen),
-    )
-    _lib.check(status, "fold_bwd_cpu")
+    else:
+        _lib.check(lib.fold_bwd_cpu(make_problem(spec, host=True), *args), "fold_bwd_cpu")
     return dq, dk, dv
 
 
