@@ -114,6 +114,10 @@ FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
 #define FOLD_DECODE_STAT_ROWS 4
 #define FOLD_DECODE_STAT_FIXUP_ROWS 5
 #define FOLD_DECODE_STAT_BYTES 6 /* bytes_read of fold_decode_stats_t, as an integer */
+/* Requests whose step token was not appended: no room (length == max_len) or no reserved
+ * page. fold_decode_cuda checks nothing on the host (it may run inside a CUDA graph); such a
+ * request is attended without the token, and counted here. */
+#define FOLD_DECODE_STAT_REJECTED 7
 
 /* Bytes of device workspace fold_decode_cuda needs for this cache and n_heads. */
 FOLD_API size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads);

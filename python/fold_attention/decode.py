@@ -23,13 +23,12 @@ import numbers
 import torch
 
 from . import _lib
+from ._decode_op import decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
     STATS_COUNTERS,
     V_EXP_UNSET,
-    FoldDecodeParams,
-    FoldDecodeStats,
     FoldKVCacheDesc,
     library,
 )
@@ -210,9 +209,15 @@ class FoldKVCache:
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
         self._last_stats: dict | None = None
-        self._workspace = None  # CUDA: decode workspace and device counters, made on first use
-        self._stats_dev = None
         self._stats_pending = False
+        # The step's workspace (CUDA) and counters, made once, so that every step (and a
+        # captured graph, or a compiled step) uses the same buffers.
+        self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
+        if self.is_cuda:
+            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
+            self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
+        else:
+            self._workspace = torch.empty(0, dtype=torch.uint8)
 
     # ---- bookkeeping -----------------------------------------------------------------
 
@@ -436,39 +441,38 @@ class FoldKVCache:
     def stats(self) -> dict:
         """What the last decode step read: live_frac, refine_frac, v_refine_frac (fractions
         of (request, KV head, key) triples), bytes_per_key (cache bytes per key per KV
-        head, screen and reference sample included), fixup_rows, keys, rows."""
+        head, screen and reference sample included), fixup_rows, keys, rows, and
+        rejected_appends: requests whose step token a CUDA step did not append because no
+        page was reserved for it or the request was full (only possible in a compiled or
+        graphed step, which skips the host checks; eager steps raise instead)."""
         if self._stats_pending:
             self._last_stats = _stats_dict(self._stats_dev.tolist())
             self._stats_pending = False
         if self._last_stats is None:
             return {"live_frac": 0.0, "refine_frac": 0.0, "v_refine_frac": 0.0,
-                    "bytes_per_key": 0.0, "fixup_rows": 0, "keys": 0, "rows": 0}
+                    "bytes_per_key": 0.0, "fixup_rows": 0, "keys": 0, "rows": 0, "rejected_appends": 0}
         return dict(self._last_stats)
-
-    def _params(self) -> FoldDecodeParams:
-        dense = self.depth is None
-        return FoldDecodeParams(
-            n_heads=self.n_heads,
-            softmax_scale=self.softmax_scale,
-            dense=1 if dense else 0,
-            depth=0.0 if dense else self.depth,
-            refine_band=self.refine_band,
-            v_refine_band=self.refine_band + V_REFINE_EXTRA,
-        )
 
     @property
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
     def _cuda_buffers(self):
-        """The decode workspace and device counters (allocated once, reused every step, so
+        """The decode workspace and the step counters (allocated once, reused every step, so
         a captured graph keeps valid pointers)."""
-        if self._workspace is None:
-            desc = self._desc()
-            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), self.n_heads))
-            self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=self.device)
-            self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=self.device)
         return self._workspace, self._stats_dev
+
+    def _step(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
+        """One step through the fold_attention::decode_step op: q (batch, n_heads, D), k/v
+        None or (batch, n_kv_heads, D), all contiguous; pages already reserved."""
+        out, lse = decode_step_op(
+            q, k, v, self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_exp,
+            self.v_page_sum, self.heavy_keys, self.page_table, self.lengths, self._workspace,
+            self._stats_dev, self.max_len, self._v_exp_fixed is not None, self.softmax_scale,
+            self.depth, self.refine_band, self.refine_band + V_REFINE_EXTRA,
+        )
+        self._stats_pending = True
+        return out, lse
 
     def __repr__(self) -> str:
         return (
@@ -488,6 +492,7 @@ def _stats_dict(c) -> dict:
         "fixup_rows": int(c[5]),
         "keys": int(c[0]),
         "rows": int(c[4]),
+        "rejected_appends": int(c[7]),
     }
 
 
@@ -527,6 +532,11 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
 
     Returns the output in q_step's shape (zeros for free slots), and the LSE if asked
     (-inf for free or empty slots).
+
+    Under torch.compile the step is one fold_attention::decode_step op (no graph break);
+    the checks that would read tensor values on the host (non-finite inputs, full requests)
+    and page reservation are skipped there, so reserve pages up front
+    (add_request(length=...)) for the tokens a compiled step appends.
     """
     fn = "fold_attn_with_kvcache"
     if not isinstance(cache, FoldKVCache):
@@ -535,74 +545,28 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     q, four = _step_rows(q_step, "q_step", fn, cache, cache.n_heads)
     if (k_step is None) != (v_step is None):
         raise ValueError(f"{fn}: pass both k_step and v_step, or neither")
-    D = cache.head_dim
-    null = FoldTensor(None, 0, 0, 0)
-    kt = vt = null
+    k = v = None
     if k_step is not None:
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
-        active = cache.active
-        for b in active:
-            if int(cache.lengths[b]) >= cache.max_len:
-                raise ValueError(
-                    f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
-                )
-        idx = torch.tensor(active, dtype=torch.long, device=k.device)
-        cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
-        for b in active:
-            cache._reserve(b, int(cache.lengths[b]) + 1)
-        kt = FoldTensor(k.data_ptr(), cache.n_kv_heads * D, 0, D)
-        vt = FoldTensor(v.data_ptr(), cache.n_kv_heads * D, 0, D)
-    if cache.is_cuda:
-        if not bool(torch.isfinite(q).all()):
+    if not torch.compiler.is_compiling():
+        if k is not None:
+            active = cache.active
+            for b in active:
+                if int(cache.lengths[b]) >= cache.max_len:
+                    raise ValueError(
+                        f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
+                    )
+            idx = torch.tensor(active, dtype=torch.long, device=k.device)
+            cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
+            for b in active:
+                cache._reserve(b, int(cache.lengths[b]) + 1)
+        if cache.is_cuda and not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q_step holds a non-finite value")
-        out = torch.empty((cache.batch, cache.n_heads, D), dtype=cache.dtype, device=cache.device)
-        lse = torch.empty((cache.batch, cache.n_heads), dtype=torch.float32, device=cache.device)
-        _decode_cuda(cache, q, kt, vt, out, lse)
-        if four:
-            out = out.unsqueeze(1)
-        return (out, lse) if return_lse else out
-    out = torch.empty((cache.batch, cache.n_heads, D), dtype=cache.dtype)
-    lse = torch.empty((cache.batch, cache.n_heads), dtype=torch.float32)
-    qt = FoldTensor(q.data_ptr(), cache.n_heads * D, 0, D)
-    ot = FoldTensor(out.data_ptr(), cache.n_heads * D, 0, D)
-    desc = cache._desc()
-    params = cache._params()
-    stats = FoldDecodeStats()
-    status = library().fold_decode_cpu(
-        ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot,
-        ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)), ctypes.byref(stats),
-    )
-    _lib.check(status, "fold_decode_cpu")
-    cache._last_stats = _stats_dict(
-        [stats.keys, stats.live_keys, stats.refine_keys, stats.v_refine_keys, stats.rows,
-         stats.fixup_rows, stats.bytes_read]
-    )
-    cache._stats_pending = False
+    out, lse = cache._step(q, k, v)
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out
-
-
-def _decode_cuda(cache: FoldKVCache, q: torch.Tensor, kt, vt, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Enqueues one CUDA decode step on the current stream: no host read of device memory,
-    no allocation after the first call, so it can be captured in a CUDA graph. q, out: 
-    contiguous (batch, n_heads, head_dim); kt, vt: FoldTensor views of the step's k/v (data
-    None: no append). The caller has reserved pages for an appended token."""
-    D = cache.head_dim
-    ws, counters = cache._cuda_buffers()
-    qt = FoldTensor(q.data_ptr(), cache.n_heads * D, 0, D)
-    ot = FoldTensor(out.data_ptr(), cache.n_heads * D, 0, D)
-    desc = cache._desc()
-    params = cache._params()
-    status = library().fold_decode_cuda(
-        ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot,
-        ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)),
-        ctypes.cast(counters.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
-        ctypes.c_void_p(ws.data_ptr()), ctypes.c_size_t(ws.numel()), ctypes.c_void_p(_stream()),
-    )
-    _lib.check(status, "fold_decode_cuda")
-    cache._stats_pending = True
 
 
 def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
@@ -612,10 +576,6 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     (batch, n_heads, head_dim) into out / lse, with no checks and no host synchronisation.
     Pages for the appended tokens must already be reserved (add_request(length=...)) and
     every active request must have room: nothing is checked."""
-    D = cache.head_dim
-    if k is None:
-        kt = vt = FoldTensor(None, 0, 0, 0)
-    else:
-        kt = FoldTensor(k.data_ptr(), cache.n_kv_heads * D, 0, D)
-        vt = FoldTensor(v.data_ptr(), cache.n_kv_heads * D, 0, D)
-    _decode_cuda(cache, q, kt, vt, out, lse)
+    o, s = cache._step(q, k, v)
+    out.copy_(o)
+    lse.copy_(s)

@@ -107,7 +107,17 @@ struct AppendArgs {
   int32_t request;  // -1: step mode
   int32_t n_tokens;
   fold_tensor_t k, v;
+  int64_t *stats;  // step mode: counters (FOLD_DECODE_STAT_REJECTED), or NULL
 };
+
+// Step mode takes no host check (a captured or compiled step cannot make one): a request
+// whose next token has no room or no reserved page is not appended, and is counted, rather
+// than written out of bounds. Extend mode was checked on the host.
+__device__ __forceinline__ bool step_append_ok(const fold_kvcache_t &c, int32_t b, int32_t L) {
+  if (L < 0 || L >= c.max_len) return false;
+  const int32_t page = c.page_table[static_cast<int64_t>(b) * c.pages_per_request + L / c.page_size];
+  return page >= 0 && page < c.num_pages;
+}
 
 __device__ __forceinline__ int64_t src_row(const AppendArgs &a, const fold_tensor_t &t, int32_t b,
                                            int32_t i, int hk) {
@@ -124,7 +134,7 @@ __global__ void __launch_bounds__(kThreads)
   const int hk = blockIdx.y;
   const int32_t b = a.request < 0 ? static_cast<int32_t>(blockIdx.x) : a.request;
   const int32_t L = c.lengths[b];
-  if (L < 0) return;
+  if (L < 0 || (a.request < 0 && !step_append_ok(c, b, L))) return;
   const int n = a.request < 0 ? 1 : a.n_tokens;
   const int D = c.head_dim;
   if (threadIdx.x == 0) s_amax = 0u;
@@ -178,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
   if (a.request < 0) {
     b = blockIdx.x;
     L = c.lengths[b];
-    if (L < 0) return;
+    if (!step_append_ok(c, b, L)) return;
     t0 = L;
     t1 = L + 1;
   } else {
@@ -239,6 +249,11 @@ __global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) 
   const int32_t b = a.request < 0 ? static_cast<int32_t>(blockIdx.x) : a.request;
   const int32_t L = c.lengths[b];
   if (L < 0) return;
+  if (a.request < 0 && !step_append_ok(c, b, L)) {
+    if (threadIdx.x == 0 && a.stats != nullptr)
+      atomicAdd(reinterpret_cast<unsigned long long *>(a.stats) + FOLD_DECODE_STAT_REJECTED, 1ull);
+    return;
+  }
   const int n = a.request < 0 ? 1 : a.n_tokens;
   for (int hk = threadIdx.x; hk < c.n_kv_heads; hk += blockDim.x) {
     int32_t *list = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys;
@@ -823,7 +838,7 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
 void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
-  const AppendArgs a{request, n_tokens, k, v};
+  const AppendArgs a{request, n_tokens, k, v, nullptr};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
@@ -839,7 +854,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
           "cudaMemsetAsync(stats)");
   check(cudaMemsetAsync(w.gcnt, 0, w.gcnt_bytes, stream), "cudaMemsetAsync(workspace)");
   if (k_step.data != nullptr) {
-    const AppendArgs a{-1, 1, k_step, v_step};
+    const AppendArgs a{-1, 1, k_step, v_step, stats};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
   const int G = p.n_heads / c.n_kv_heads;

@@ -259,3 +259,28 @@ def test_cuda_graph_append_and_attend():
         assert torch.equal(_bits(out), _bits(expected[i][0])), i
         assert torch.equal(_bits(lse), _bits(expected[i][1])), i
     _assert_same_cache(eager, graphed)
+
+
+def test_step_without_room_is_rejected_on_device_not_written():
+    # decode_step_cuda checks nothing on the host (graphs, compiled steps): a full request
+    # must not be written out of bounds; it is attended without the token and counted.
+    D, Hkv, G, B = 64, 2, 2, 2
+    q, k, v = synth(B, Hkv, G, D, 64, seed=4)
+    c = _make(CUDA, B, Hkv * G, Hkv, D, 64, depth=16.0)
+    for b, n in enumerate([64, 10]):  # request 0 is full; request 1 has pages for 10 only
+        assert c.add_request(length=n) == b
+        c.extend(b, k[b, :n].to(CUDA), v[b, :n].to(CUDA))
+    pages = c.page_table.clone()
+    qs = torch.randn(B, Hkv * G, D).bfloat16().to(CUDA)
+    ks = torch.randn(B, Hkv, D).bfloat16().to(CUDA)
+    vs = torch.randn(B, Hkv, D).bfloat16().to(CUDA)
+    ref_out, ref_lse = fa.fold_attn_with_kvcache(qs, c, return_lse=True)
+    out = torch.empty_like(ref_out)
+    lse = torch.empty_like(ref_lse)
+    decode_step_cuda(c, qs, ks, vs, out, lse)
+    torch.cuda.synchronize()
+    assert c.lengths.tolist() == [64, 11]  # request 1 had a reserved slot in its page
+    assert torch.equal(c.page_table, pages)
+    assert c.stats()["rejected_appends"] == 1
+    assert torch.equal(_bits(out[0]), _bits(ref_out[0]))
+    assert torch.equal(_bits(lse[0]), _bits(ref_lse[0]))

@@ -1,0 +1,144 @@
+"""The decode step as a torch.library custom op: fold_attention::decode_step.
+
+One op covers the CPU reference and the CUDA kernels. It takes the cache's buffers as
+tensors (declared as mutated: the optional append writes planes, scales, page sums, heavy
+keys and lengths; the CUDA kernels also write the workspace and the counters), so
+torch.compile(fullgraph=True) traces a step without a graph break and CUDA graphs capture
+it. The op does no host bookkeeping and reads no device memory on the host: page
+reservation and the host-side checks are FoldKVCache's job, done in eager code before the
+op runs (see fold_attn_with_kvcache).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from . import _lib
+from ._bind import DTYPE_CODES
+from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
+from ._lib import FoldTensor
+
+__all__ = ["decode_step_op"]
+
+_MUTATED = (
+    "k_a",
+    "k_b",
+    "k_scale",
+    "v",
+    "v_a",
+    "v_b",
+    "v_exp",
+    "v_page_sum",
+    "heavy_keys",
+    "lengths",
+    "workspace",
+    "stats",
+)
+
+
+def _ptr(t: Optional[torch.Tensor]):
+    return None if t is None else t.data_ptr()
+
+
+def _rows(t: Optional[torch.Tensor], heads: int, dim: int) -> FoldTensor:
+    """A contiguous (batch, heads, dim) tensor as the C ABI's batch-strided view."""
+    if t is None:
+        return FoldTensor(None, 0, 0, 0)
+    return FoldTensor(t.data_ptr(), heads * dim, 0, dim)
+
+
+@torch.library.custom_op("fold_attention::decode_step", mutates_args=_MUTATED)
+def decode_step_op(
+    q: torch.Tensor,
+    k_step: Optional[torch.Tensor],
+    v_step: Optional[torch.Tensor],
+    k_a: torch.Tensor,
+    k_b: torch.Tensor,
+    k_scale: torch.Tensor,
+    v: Optional[torch.Tensor],
+    v_a: Optional[torch.Tensor],
+    v_b: Optional[torch.Tensor],
+    v_exp: torch.Tensor,
+    v_page_sum: torch.Tensor,
+    heavy_keys: torch.Tensor,
+    page_table: torch.Tensor,
+    lengths: torch.Tensor,
+    workspace: torch.Tensor,
+    stats: torch.Tensor,
+    max_len: int,
+    v_exp_fixed: bool,
+    softmax_scale: float,
+    depth: Optional[float],
+    refine_band: float,
+    v_refine_band: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q (batch, n_heads, D) contiguous; k_step/v_step None or (batch, n_kv_heads, D)
+    contiguous; the cache buffers as FoldKVCache holds them. Returns out (batch, n_heads, D)
+    in q's dtype and the natural-log LSE (batch, n_heads) float32; stats receives the
+    FOLD_DECODE_CUDA_STATS counters."""
+    batch, n_heads, D = q.shape
+    num_pages, n_kv_heads, page_size, _ = k_a.shape
+    desc = FoldKVCacheDesc(
+        batch=batch,
+        n_kv_heads=n_kv_heads,
+        head_dim=D,
+        page_size=page_size,
+        max_len=max_len,
+        pages_per_request=page_table.shape[1],
+        num_pages=num_pages,
+        dtype=DTYPE_CODES[q.dtype],
+        v8=0 if v is not None else 1,
+        v_exp_fixed=1 if v_exp_fixed else 0,
+        k_a=k_a.data_ptr(),
+        k_b=k_b.data_ptr(),
+        k_scale=k_scale.data_ptr(),
+        v=_ptr(v),
+        v_a=_ptr(v_a),
+        v_b=_ptr(v_b),
+        v_exp=v_exp.data_ptr(),
+        v_page_sum=v_page_sum.data_ptr(),
+        heavy_keys=heavy_keys.data_ptr(),
+        page_table=page_table.data_ptr(),
+        lengths=lengths.data_ptr(),
+    )
+    params = FoldDecodeParams(
+        n_heads=n_heads,
+        softmax_scale=softmax_scale,
+        dense=1 if depth is None else 0,
+        depth=0.0 if depth is None else depth,
+        refine_band=refine_band,
+        v_refine_band=v_refine_band,
+    )
+    out = torch.empty((batch, n_heads, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, n_heads), dtype=torch.float32, device=q.device)
+    qt, ot = _rows(q, n_heads, D), _rows(out, n_heads, D)
+    kt, vt = _rows(k_step, n_kv_heads, D), _rows(v_step, n_kv_heads, D)
+    lse_p = ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float))
+    if q.device.type == "cuda":
+        status = library().fold_decode_cuda(
+            ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot, lse_p,
+            ctypes.cast(stats.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+            ctypes.c_void_p(workspace.data_ptr()), ctypes.c_size_t(workspace.numel()),
+            ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream),
+        )
+        _lib.check(status, "fold_decode_cuda")
+        return out, lse
+    s = FoldDecodeStats()
+    status = library().fold_decode_cpu(ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot, lse_p,
+                                       ctypes.byref(s))
+    _lib.check(status, "fold_decode_cpu")
+    counters = [s.keys, s.live_keys, s.refine_keys, s.v_refine_keys, s.rows, s.fixup_rows, int(s.bytes_read)]
+    counters += [0] * (STATS_COUNTERS - len(counters))
+    stats.copy_(torch.tensor(counters, dtype=torch.int64))
+    return out, lse
+
+
+@decode_step_op.register_fake
+def _decode_step_fake(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum, heavy_keys,
+                      page_table, lengths, workspace, stats, max_len, v_exp_fixed, softmax_scale, depth,
+                      refine_band, v_refine_band):
+    batch, n_heads, D = q.shape
+    return q.new_empty((batch, n_heads, D)), q.new_empty((batch, n_heads), dtype=torch.float32)
