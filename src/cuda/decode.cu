@@ -115,7 +115,8 @@ struct AppendArgs {
 // than written out of bounds. Extend mode was checked on the host.
 __device__ __forceinline__ bool step_append_ok(const fold_kvcache_t &c, int32_t b, int32_t L) {
   if (L < 0 || L >= c.max_len) return false;
-  const int32_t page = c.page_table[static_cast<int64_t>(b) * c.pages_per_request + L / c.page_size];
+  const int32_t page =
+      c.page_table[static_cast<int64_t>(b) * c.pages_per_request + L / c.page_size];
   return page >= 0 && page < c.num_pages;
 }
 
