@@ -60,6 +60,12 @@ def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.d
         cache_device = torch.device("cpu")
     if device.type == "cpu" and cache_device.type == "cpu":
         return
+    if torch.compiler.is_compiling():
+        # The ctypes query below cannot be traced; an eager call (the cache's construction
+        # included) has already made it. The device match is all that is left to check.
+        if device != cache_device:
+            raise NotImplementedError(f"{fn}: {what} is on {device} but the cache is on {cache_device}")
+        return
     if device.type == "cuda":
         why = _cuda_missing()
         if why is not None:
