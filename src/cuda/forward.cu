@@ -1,13 +1,33 @@
-// Training forward on the GPU, v0: FlashAttention-2 style online softmax in base 2 with
-// m16n8k16 tensor-core MMAs (HMMA, fp32 accumulation), one CTA per (query block, head,
-// request) and 8 warps of 16 query rows each. K/V blocks stream through two cp.async stages
-// (block j + 1 loads while block j computes).
+// Training forward on the GPU, v1: FlashAttention-3 structure on sm_90a. wgmma (HGMMA) for
+// both GEMMs, TMA loads through an mbarrier pipeline, warp specialisation and setmaxnreg.
 //
-// Semantics follow the CPU reference (cpu/forward.cpp): s = (q . k) * scale * log2(e) in
-// fp32, P = 2^(s - m) rounded to the input dtype for P.V, l summed from the unrounded P,
-// out = acc / l, lse = (m + log2 l) * ln 2. Bits may differ from the CPU (exp2, summation
-// order), but not between calls: tiles start at each request's first token and the plan is
-// forward_plan(head_dim) alone, so a row's result never depends on the batch around it.
+// One CTA per (query block of 128 rows, head, request), 3 warpgroups (384 threads):
+//   warpgroup 0, producer: gives its registers away (setmaxnreg.dec 24); one thread issues
+//     the TMA loads: Q once, then K and V of every key block through kStages stages
+//     (full barriers: the bytes landed; empty barriers: both consumers are done with it).
+//   warpgroups 1, 2, consumers (setmaxnreg.inc 240): consumer c owns query rows
+//     64c..64c+63 of the block. Per key block: S = Q K^T (SS wgmma, m64 n=block_n k16,
+//     D/16 steps), mask, online softmax in base 2, P rounded to the dtype in registers,
+//     O += P V (RS wgmma: A = P from registers, B = V MN-major, N = D (96 -> 128)).
+// Shared tiles are 128B-swizzled panels of 64 columns (hopper/wgmma.cuh); D = 96 is held as
+// 128 columns whose last 32 TMA fills with zeros (S skips them, P V computes zeros there).
+//
+// Semantics as v0 and the CPU reference (cpu/forward.cpp): s = (q . k) scale log2(e) in fp32,
+// row max of the raw scores scaled afterwards (scale > 0), P = 2^(s scale log2 e - m) rounded
+// to the input dtype for P V, l summed from the unrounded P, out = acc / l,
+// lse = (m + log2 l) ln 2.
+//
+// Determinism and invariance: tiles start at the request's own first token (TMA row
+// coordinate = request start + block offset); tile sizes and the block order come from
+// forward_plan(D) and the request's own length; each row's keys are visited in ascending
+// block order by one warpgroup with a fixed instruction sequence. Keys that a TMA box
+// brings in past the request's end (the next packed request's tokens, or zeros past the
+// tensor) get score -inf (P = 0 exactly) and, in the request's last block, their V rows are
+// zeroed in shared memory before P V, so even non-finite values there contribute nothing.
+// Query rows past the end are computed (rows are independent) but never stored. No split-KV,
+// no atomics: out and lse of a request are the same bits alone, in any batch, at any
+// packed offset, and across repeats.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,125 +39,198 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "cuda/hopper/mbarrier.cuh"
+#include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/warpgroup.cuh"
+#include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
+#include "cuda/tensor_map.h"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda {
 
 namespace {
 
-using namespace tile;
+namespace hw = hopper;
+using tile::Bf16;
+using tile::F16;
+using tile::fast_exp2;
+using tile::pack2;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+constexpr int kThreads = 3 * hw::kWarpgroupThreads;
+constexpr int kConsumerThreads = 2 * hw::kWarpgroupThreads;
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64512 <= 65536
+constexpr int kVTailBarrier = 1;    // named barrier of the 256 consumer threads
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <int D>
-struct FwdCfg {
+struct Cfg {
   static constexpr int kBm = forward_plan(D).block_m;
   static constexpr int kBn = forward_plan(D).block_n;
-  static constexpr int kLd = D + kPad;
-  // Q, and K and V in two stages: block j + 1 loads while block j computes.
-  static constexpr int kSmemBytes = (kBm + 4 * kBn) * kLd * 2;
-  static_assert(kBm == 16 * kWarps, "one warp per 16 query rows");
+  static constexpr int kDp = (D + 63) / 64 * 64;  // columns held in shared memory
+  static constexpr int kPanels = kDp / 64;
+  static constexpr int kStages = 2;
+  static constexpr uint32_t kQBytes = kBm * kDp * 2;
+  static constexpr uint32_t kKvBytes = kBn * kDp * 2;  // one K or one V tile
+  static constexpr uint32_t kQPanel = kBm * 128;       // bytes per 64-column panel
+  static constexpr uint32_t kKvPanel = kBn * 128;
+  // Tiles (1024-aligned), then the barriers; + 1024 to align the dynamic base.
+  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarrierBytes;
+  static_assert(kBm == 128, "two consumer warpgroups of 64 rows");
+  static_assert(kBn % 16 == 0 && kBn <= 256, "wgmma N");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// 0 for a broadcast view's head/batch coordinate (tensor_map.h), else 1.
+struct CoordMuls {
+  int32_t q_head, q_batch, k_head, k_batch, v_head, v_batch;
 };
 
 template <int D, class Tag>
 __global__ void __launch_bounds__(kThreads, 1)
-    forward_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
-                   const fold_tensor_t v, const fold_tensor_t out, float *__restrict__ lse) {
-  using Cfg = FwdCfg<D>;
-  constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn, kLd = Cfg::kLd;
-  constexpr int kNt = kBn / 8;  // score n-tiles per warp
-  constexpr int kDt = D / 8;    // output n-tiles per warp
-  extern __shared__ __align__(16) unsigned char smem[];
-  auto *q_s = reinterpret_cast<uint16_t *>(smem);
-  uint16_t *const kv_s = q_s + kBm * kLd;  // stage i: K at kv_s + 2 i kBn kLd, V after it
+    forward_v1_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
+                      const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
+                      const fold_tensor_t out, float *__restrict__ lse) {
+  using C = Cfg<D>;
+  using T = typename Tag::T;
+  constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char *q_s = smem;
+  unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
+  unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
+  auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
+  uint64_t *q_full = bars;
+  uint64_t *k_full = bars + 1;
+  uint64_t *v_full = k_full + kStages;
+  uint64_t *empty = v_full + kStages;
 
-  const int b = blockIdx.z;
-  const int h = blockIdx.y;
+  // Longest-first: blockIdx.x = y * n_heads + h, and y = 0 is every head's last query block
+  // when causal (most keys); the order never changes which CTA computes what.
+  const int h = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.n_heads));
+  const int y = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.n_heads));
+  const int b = blockIdx.y;
   const Request r = request_of(p, b);
   const int n_qblocks = (r.len + kBm - 1) / kBm;
-  // Causal: the longest query blocks (most keys) start first.
-  const int qb = p.causal ? n_qblocks - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
-  if (qb < 0 || qb >= n_qblocks) return;
-  const int64_t q0 = static_cast<int64_t>(qb) * kBm;
+  const int qb = p.causal ? n_qblocks - 1 - y : y;
+  if (qb < 0 || qb >= n_qblocks) return;  // uniform over the CTA, before any barrier
+  const int q0 = qb * kBm;
   const int hk = h / (p.n_heads / p.n_kv_heads);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int r0 = warp * 16;  // the warp's first row in the block
-  const float scale_log2 = p.softmax_scale * kLog2e;
-  const float neg_inf = -__int_as_float(0x7f800000);
+  const int k_end = p.causal ? min(r.len, q0 + kBm) : r.len;
+  const int n_kblocks = (k_end + kBn - 1) / kBn;
+  // TMA coordinates of token 0 of the request: dense (token, batch) = (0, b); packed
+  // (first, 0). The host guarantees total_tokens < 2^31.
+  const bool dense = p.cu_seqlens == nullptr;
+  const int32_t row_base = dense ? 0 : static_cast<int32_t>(r.first);
+  const int32_t batch = dense ? b : 0;
 
-  const int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
-  load_tile<kBm, D, kThreads>(q_s, p, q, b, r, q0, h);
-  load_tile<kBn, D, kThreads>(kv_s, p, k, b, r, 0, hk);
-  load_tile<kBn, D, kThreads>(kv_s + kBn * kLd, p, v, b, r, 0, hk);
-  cp_async_commit();
-
-  float o[kDt][4];
-#pragma unroll
-  for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {neg_inf, neg_inf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 (l: lane-partial)
-
-  const uint32_t q_base = smem_addr(q_s);
-  int stage = 0;
-  for (int64_t k0 = 0; k0 < k_end; k0 += kBn, stage ^= 1) {
-    // Block k0 has landed, and every warp is done with the other stage (block k0 - kBn).
-    cp_async_wait_all();
-    __syncthreads();
-    if (k0 + kBn < k_end) {
-      uint16_t *next = kv_s + (stage ^ 1) * 2 * kBn * kLd;
-      load_tile<kBn, D, kThreads>(next, p, k, b, r, k0 + kBn, hk);
-      load_tile<kBn, D, kThreads>(next + kBn * kLd, p, v, b, r, k0 + kBn, hk);
-      cp_async_commit();
+  if (threadIdx.x == 0) {
+    hw::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hw::mbar_init(&k_full[s], 1);
+      hw::mbar_init(&v_full[s], 1);
+      hw::mbar_init(&empty[s], kConsumerThreads);
     }
-    const uint32_t k_base = smem_addr(kv_s + stage * 2 * kBn * kLd);
-    const uint32_t v_base = k_base + 2u * kBn * kLd;
-    if (p.causal && k0 > q0 + r0 + 15) continue;  // every key is masked for this warp
+    hw::fence_barrier_init();
+  }
+  __syncthreads();
 
-    float s[kNt][4];
+  const int wg = hw::warpgroup_index();
+  if (wg == 0) {
+    // ---- producer ----
+    hw::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      hw::tma_prefetch_descriptor(&tm_q);
+      hw::tma_prefetch_descriptor(&tm_k);
+      hw::tma_prefetch_descriptor(&tm_v);
+      hw::mbar_arrive_expect_tx(q_full, C::kQBytes);
 #pragma unroll
-    for (int i = 0; i < kNt; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      for (int pn = 0; pn < C::kPanels; ++pn)
+        hw::tma_load_4d(q_s + pn * C::kQPanel, &tm_q, q_full, pn * 64, h * muls.q_head,
+                        row_base + q0, batch * muls.q_batch);
+      for (int j = 0; j < n_kblocks; ++j) {
+        const int s = j % kStages;
+        const int use = j / kStages;
+        if (use > 0) hw::mbar_wait(&empty[s], (use - 1) & 1);
+        const int32_t row = row_base + j * kBn;
+        hw::mbar_arrive_expect_tx(&k_full[s], C::kKvBytes);
 #pragma unroll
-    for (int kk = 0; kk < D; kk += 16) {
-      uint32_t a[4];
-      load_a(a, q_base, kLd, r0, kk, lane);
+        for (int pn = 0; pn < C::kPanels; ++pn)
+          hw::tma_load_4d(k_s + s * C::kKvBytes + pn * C::kKvPanel, &tm_k, &k_full[s], pn * 64,
+                          hk * muls.k_head, row, batch * muls.k_batch);
+        hw::mbar_arrive_expect_tx(&v_full[s], C::kKvBytes);
 #pragma unroll
-      for (int nt = 0; nt < kNt; nt += 2) {
-        uint32_t bf[4];
-        load_b_nk(bf, k_base, kLd, nt * 8, kk, lane);
-        mma(s[nt], a, bf[0], bf[1], Tag{});
-        mma(s[nt + 1], a, bf[2], bf[3], Tag{});
+        for (int pn = 0; pn < C::kPanels; ++pn)
+          hw::tma_load_4d(v_s + s * C::kKvBytes + pn * C::kKvPanel, &tm_v, &v_full[s], pn * 64,
+                          hk * muls.v_head, row, batch * muls.v_batch);
       }
     }
+    return;
+  }
 
-    // Mask and row maxima of the raw scores (rows g and g + 8 of the warp); the scale is
-    // applied to the maxima (scale > 0, so max and rounding commute) and fused into the
-    // exponent: P = 2^(s * scale log2 e - m). Only blocks that reach past the request's end
-    // or the warp's diagonal are masked (a choice made from positions inside the request
-    // alone, so it cannot depend on the batch either).
+  // ---- consumers ----
+  hw::setmaxnreg_inc<kConsumerRegs>();
+  const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the block
+  const int tid = hw::thread_in_warpgroup();
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = 64 * cw + 16 * warp;  // the warp's first row in the block
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const uint32_t q_addr = hw::smem_u32(q_s) + cw * 64 * 128;
+  const uint32_t k_addr = hw::smem_u32(k_s);
+  const uint32_t v_addr = hw::smem_u32(v_s);
+
+  float o[kDp / 2];
+#pragma unroll
+  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
+  float m[2] = {neg_inf, neg_inf}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: lane-partial)
+
+  hw::mbar_wait(q_full, 0);
+  for (int j = 0; j < n_kblocks; ++j) {
+    const int s = j % kStages;
+    const uint32_t parity = (j / kStages) & 1;
+    const int k0 = j * kBn;
+
+    // S = Q K^T (k-steps over the real D only: columns past D are zeros in both).
+    float sc[kBn / 2];
+    hw::mbar_wait(&k_full[s], parity);
+    hw::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = static_cast<uint32_t>(kk % 4) * 32u;  // k16 step inside a panel
+      const uint64_t da = hw::desc_k_major_sw128(q_addr + (kk / 4) * C::kQPanel + off);
+      const uint64_t db =
+          hw::desc_k_major_sw128(k_addr + s * C::kKvBytes + (kk / 4) * C::kKvPanel + off);
+      hw::wgmma_ss<kBn, T, 0, 0>(sc, da, db, kk > 0 ? 1 : 0);
+    }
+    hw::commit();
+    hw::wait<0>();
+    hw::fence_operands(sc);
+
+    // Mask (only blocks reaching past the request's end or the warp's diagonal; decided
+    // from request-relative positions) and row maxima of the raw scores.
     float row_max[2] = {neg_inf, neg_inf};
     const bool need_mask = k0 + kBn > r.len || (p.causal && k0 + kBn - 1 > q0 + r0);
     if (need_mask) {
-      const int key_limit = static_cast<int>(min(r.len - k0, static_cast<int64_t>(kBn)));
-      const int diag = static_cast<int>(q0 + r0 - k0);  // key (block-relative) <= diag + row
+      const int key_limit = min(r.len - k0, kBn);
+      const int diag = q0 + r0 - k0;  // key (block-relative) <= diag + row
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = g + (e >> 1) * 8;
-          const int key = nt * 8 + 2 * t + (e & 1);
-          const bool masked = key >= key_limit || (p.causal && key > diag + row);
-          if (masked) s[nt][e] = neg_inf;
-          row_max[e >> 1] = fmaxf(row_max[e >> 1], s[nt][e]);
-        }
+      for (int i = 0; i < kBn / 2; ++i) {
+        const int row = g + ((i >> 1) & 1) * 8;
+        const int key = (i >> 2) * 8 + 2 * t + (i & 1);
+        const bool masked = key >= key_limit || (p.causal && key > diag + row);
+        if (masked) sc[i] = neg_inf;
+        row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
+      }
     } else {
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) row_max[e >> 1] = fmaxf(row_max[e >> 1], s[nt][e]);
+      for (int i = 0; i < kBn / 2; ++i) row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
     }
     float alpha[2], m_use[2];
 #pragma unroll
@@ -145,49 +238,62 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 1));
       row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 2));
       const float m_new = fmaxf(m[i], row_max[i] * scale_log2);
-      // A row with every key so far masked keeps m = -inf, l = 0, acc = 0; its P is
-      // 2^(-inf - 0) = 0 below.
+      // A row with every key so far masked keeps m = -inf, l = 0, acc = 0; its P is 0.
       alpha[i] = m_new == neg_inf ? 1.0f : (m[i] == neg_inf ? 0.0f : fast_exp2(m[i] - m_new));
       m[i] = m_new;
       m_use[i] = m_new == neg_inf ? 0.0f : m_new;
       l[i] *= alpha[i];
     }
+    // P (fp32 sum; rounded to the dtype as the A fragments of P V).
+    uint32_t pa[kBn / 16][4];
 #pragma unroll
-    for (int dt = 0; dt < kDt; ++dt) {
-      o[dt][0] *= alpha[0];
-      o[dt][1] *= alpha[0];
-      o[dt][2] *= alpha[1];
-      o[dt][3] *= alpha[1];
+    for (int i = 0; i < kBn / 2; ++i) {
+      const float pij = fast_exp2(__fmaf_rn(sc[i], scale_log2, -m_use[(i >> 1) & 1]));
+      sc[i] = pij;
+      l[(i >> 1) & 1] += pij;
     }
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt)
+    for (int kt = 0; kt < kBn / 16; ++kt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pij = fast_exp2(__fmaf_rn(s[nt][e], scale_log2, -m_use[e >> 1]));
-        s[nt][e] = pij;
-        l[e >> 1] += pij;
-      }
+      for (int e = 0; e < 4; ++e)
+        pa[kt][e] = pack2(sc[8 * kt + 2 * e], sc[8 * kt + 2 * e + 1], Tag{});
+#pragma unroll
+    for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
 
-      // acc += P16 . V: the C fragments of two score n-tiles form one A fragment.
+    hw::mbar_wait(&v_full[s], parity);
+    if (k0 + kBn > r.len) {
+      // The request's last block: V rows past its end may hold another request's values
+      // (even inf/NaN, and 0 * inf = NaN): zero them. Each consumer thread takes a share of
+      // the 16-byte chunks (a row's 128 bytes per panel are swizzled within the row only),
+      // then the async proxy (wgmma) is made to see the stores.
+      const int valid = r.len - k0;
+      const int chunks = (kBn - valid) * C::kPanels * 8;
+      for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kConsumerThreads) {
+        const int row = valid + idx / (C::kPanels * 8);
+        const int pn = (idx / 8) % C::kPanels;
+        const int chunk = idx % 8;
+        *reinterpret_cast<uint4 *>(v_s + s * C::kKvBytes + pn * C::kKvPanel + row * 128 +
+                                   chunk * 16) = make_uint4(0, 0, 0, 0);
+      }
+      hw::fence_proxy_async();
+      hw::named_bar_sync(kVTailBarrier, kConsumerThreads);
+    }
+
+    // O += P V (V MN-major: panel stride kKvPanel, k16 step = 16 rows = 2048 bytes).
+    hw::fence();
 #pragma unroll
     for (int kt = 0; kt < kBn / 16; ++kt) {
-      uint32_t a[4];
-      a[0] = pack2(s[2 * kt][0], s[2 * kt][1], Tag{});
-      a[1] = pack2(s[2 * kt][2], s[2 * kt][3], Tag{});
-      a[2] = pack2(s[2 * kt + 1][0], s[2 * kt + 1][1], Tag{});
-      a[3] = pack2(s[2 * kt + 1][2], s[2 * kt + 1][3], Tag{});
-#pragma unroll
-      for (int dt = 0; dt < kDt; dt += 2) {
-        uint32_t bf[4];
-        load_b_kn(bf, v_base, kLd, kt * 16, dt * 8, lane);
-        mma(o[dt], a, bf[0], bf[1], Tag{});
-        mma(o[dt + 1], a, bf[2], bf[3], Tag{});
-      }
+      const uint64_t dv =
+          hw::desc_mn_major_sw128(v_addr + s * C::kKvBytes + kt * 2048u, C::kKvPanel);
+      hw::wgmma_rs<kDp, T, 1>(o, pa[kt], dv, 1);
     }
+    hw::commit();
+    hw::wait<0>();
+    hw::fence_operands(o);
+    hw::mbar_arrive(&empty[s]);  // this thread is done with stage s
   }
 
-  // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2.
-  using T = typename Tag::T;
+  // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2; rows past the end skipped.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
@@ -196,13 +302,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int64_t row = q0 + r0 + g + 8 * i;
+    const int row = q0 + r0 + g + 8 * i;
     if (row >= r.len) continue;
     T *dst = static_cast<T *>(out.data) + element_offset(p, out, b, r, row, h);
 #pragma unroll
-    for (int dt = 0; dt < kDt; ++dt)
-      *reinterpret_cast<uint32_t *>(dst + dt * 8 + 2 * t) =
-          pack2(o[dt][2 * i] * inv[i], o[dt][2 * i + 1] * inv[i], Tag{});
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
+          pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
     if (t == 0)
       lse[static_cast<int64_t>(h) * p.total_tokens + r.first + row] = (m[i] + __log2f(l[i])) * kLn2;
   }
@@ -215,22 +321,29 @@ void check(cudaError_t err, const char *what) {
 template <int D, class Tag>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, cudaStream_t stream) {
-  using Cfg = FwdCfg<D>;
-  auto kernel = forward_kernel<D, Tag>;
+  using C = Cfg<D>;
+  auto kernel = forward_v1_kernel<D, Tag>;
   // Once per device and instantiation, so that a later call can be captured in a graph.
   static std::atomic<uint64_t> configured{0};
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = uint64_t{1} << (device & 63);
   if ((configured.load() & bit) == 0) {
-    check(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
-        "cudaFuncSetAttribute(forward)");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
+          "cudaFuncSetAttribute(forward v1)");
     configured.fetch_or(bit);
   }
-  const dim3 grid((p.seqlen + Cfg::kBm - 1) / Cfg::kBm, p.n_heads, p.batch);
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, out, lse);
-  check(cudaGetLastError(), "forward_kernel launch");
+  const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
+  const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
+  const ViewMap mv = make_view_map(p, v, p.n_kv_heads, C::kBn);
+  const CoordMuls muls{mq.head_mul,  mq.batch_mul, mk.head_mul,
+                       mk.batch_mul, mv.head_mul,  mv.batch_mul};
+  const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
+  const int64_t ctas = q_blocks * p.n_heads;
+  if (ctas > 0x7fffffff) fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads too large for one grid");
+  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(p.batch), 1);
+  kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(p, mq.map, mk.map, mv.map, muls, out, lse);
+  check(cudaGetLastError(), "forward_v1_kernel launch");
 }
 
 template <class Tag>
@@ -256,8 +369,14 @@ void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
 void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, void *stream_ptr) {
   if (p.total_tokens == 0 || p.seqlen == 0) return;
-  if (p.batch > 65535 || p.n_heads > 65535)
-    fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
+  // v0 for views TMA cannot describe (a token stride of 0): a property of the layout alone,
+  // never of the batch's lengths, so a request's path is the same alone or in any batch.
+  if (!tma_describable(p, q) || !tma_describable(p, k) || !tma_describable(p, v))
+    return launch_forward_v0(p, q, k, v, out, lse, stream_ptr);
+  if (p.batch > 65535) fail(FOLD_ERR_UNSUPPORTED, "batch must be <= 65535 on CUDA");
+  // TMA coordinates are signed 32-bit (no tensor this large fits in device memory anyway).
+  if (p.total_tokens > 0x7fffffff || p.seqlen > 0x7fffffff - 256)
+    fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.dtype == FOLD_DTYPE_BF16)
     launch_dim<Bf16>(p, q, k, v, out, lse, stream);

@@ -50,8 +50,12 @@ void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_t
                            fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
                            void *stream);
 
+// v1 (wgmma + TMA, warp-specialised) for every view TMA can describe, else v0 (mma.sync);
+// the choice depends on the views' layouts only (forward.cu).
 void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, void *stream);
+void launch_forward_v0(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
+                       fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
 
 // Runs preprocess, main kernel and postprocess on `stream`; `workspace` holds at least
 // backward_workspace(p, nullptr).total_bytes bytes.

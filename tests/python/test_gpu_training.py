@@ -278,6 +278,52 @@ def test_dense_equals_varlen(dtype, D):
     _assert_bits(dense[1].permute(1, 0, 2).reshape(H, B * S), packed[1], "dense vs varlen lse")
 
 
+def _fwd(q, k, v, causal, cu=None):
+    """fold out, lse of the forward alone (no autograd)."""
+    with torch.no_grad():
+        if cu is None:
+            return fa.fold_attn_func(q, k, v, causal=causal, return_lse=True)
+        return fa.fold_attn_varlen_func(q, k, v, cu, causal=causal, return_lse=True)
+
+
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_forward_strided_views_equal_contiguous(dtype, D):
+    """q, k, v as views into one packed qkv tensor (token stride 3 H D, passed through without
+    a copy): the TMA maps take those strides; the bits equal the contiguous inputs'."""
+    B, S, H = 2, 203, 4
+    qkv = _randn((B, S, 3, H, D), dtype, 110)
+    q, k, v = qkv.unbind(dim=2)
+    assert q.stride(1) == 3 * H * D
+    for causal in (False, True):
+        got = _fwd(q, k, v, causal)
+        expect = _fwd(q.contiguous(), k.contiguous(), v.contiguous(), causal)
+        _assert_bits(got[0], expect[0], "strided out")
+        _assert_bits(got[1], expect[1], "strided lse")
+
+
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_forward_nonfinite_neighbour_does_not_leak(dtype, D):
+    """The forward's tiles of a request reach into the next packed request (TMA boxes past the
+    end); inf/NaN there must contribute exactly nothing (masked scores, zeroed V rows)."""
+    L, H, Hkv = 70, 4, 2
+    q, k, v, _ = (x[0] for x in _dense_case(dtype, 1, L, H, Hkv, D, 120))
+    lengths = [L, 100]
+    packed = [_randn((sum(lengths),) + x.shape[1:], dtype, 130 + i) for i, x in enumerate((q, k, v))]
+    for x, y in zip(packed, (q, k, v)):
+        x[:L] = y
+    packed[1][L:L + 64] = float("inf")
+    packed[2][L:L + 32] = float("inf")
+    packed[2][L + 32:L + 64] = float("nan")
+    for causal in (False, True):
+        alone = _fwd(q, k, v, causal, _cu([L]))
+        res = _fwd(*packed, causal, _cu(lengths))
+        assert torch.isfinite(res[0][:L]).all(), "non-finite values leaked into the request"
+        _assert_bits(alone[0], res[0][:L], "neighbour out")
+        _assert_bits(alone[1], res[1][:, :L], "neighbour lse")
+
+
 def test_runs_on_current_stream_and_graph_capture():
     """The ops run on torch's current stream; the backward replays in a CUDA graph."""
     dtype, B, S, H, Hkv, D = torch.bfloat16, 2, 150, 4, 2, 64
