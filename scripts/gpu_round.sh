@@ -40,7 +40,7 @@ step sass bash -c "cuobjdump --dump-sass .gpu/libfold_attention.so > '$out/sass.
   echo 'per-kernel SASS instruction counts:' && \
   grep -oE '(LDG\.E\.128|LDG\.E[^ ;]*|HGMMA[^ ;]*|QGMMA[^ ;]*|ATOMG[^ ;]*|RED[^ ;]*|STL|LDL)' '$out/sass.txt' | sort | uniq -c"
 step cpp_tests .gpu/fold_tests
-step pytest_gpu python3 -m pytest -x -q -m gpu tests/python
+step pytest_gpu python3 -m pytest -q -m gpu -p no:logging --maxfail=25 tests/python
 [ "$all_tests" = 1 ] && step pytest_all python3 -m pytest -q tests/python
 if command -v compute-sanitizer >/dev/null; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/gpu_smoke.py
