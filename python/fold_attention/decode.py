@@ -214,6 +214,7 @@ class FoldKVCache:
         self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
+        self._pages_host = [[-1] * self.pages_per_request for _ in range(self.batch)]
         self._last_stats: dict | None = None
         self._stats_pending = False
         # The step's workspace (CUDA) and counters, made once, so that every step (and a
@@ -262,14 +263,20 @@ class FoldKVCache:
         return b
 
     def _reserve(self, b: int, length: int) -> None:
-        """Gives request b pages for tokens [0, length)."""
+        """Gives request b pages for tokens [0, length). The page table changes only here
+        and in release (never on the device), so a host copy answers without a sync."""
         needed = -(-length // self.page_size)
-        row = self.page_table[b]
+        row = self._pages_host[b]
+        fresh = []
         for i in range(needed):
-            if int(row[i]) < 0:
+            if row[i] < 0:
                 if not self._free_pages:  # cannot happen: the pool holds every slot's pages
                     raise RuntimeError("FoldKVCache: the page pool is exhausted")
                 row[i] = self._free_pages.pop()
+                fresh.append(i)
+        if fresh:
+            self.page_table[b, fresh[0]:fresh[-1] + 1] = torch.tensor(
+                row[fresh[0]:fresh[-1] + 1], dtype=torch.int32)
 
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
@@ -307,10 +314,10 @@ class FoldKVCache:
         """Frees a request's slot and returns its pages to the free list."""
         fn = "FoldKVCache.release"
         b = self._check_request(request, fn)
-        row = self.page_table[b]
-        pages = [p for p in row.tolist() if p >= 0]
+        pages = [p for p in self._pages_host[b] if p >= 0]
         self._free_pages.extend(reversed(pages))
-        row.fill_(-1)
+        self._pages_host[b] = [-1] * self.pages_per_request
+        self.page_table[b].fill_(-1)
         self.lengths[b] = -1
         self.heavy_keys[b].fill_(-1)
         self.v_exp[b].fill_(self._initial_v_exp())
@@ -556,19 +563,27 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
     if not torch.compiler.is_compiling():
+        # Host checks with as few device reads as possible (each is a sync on CUDA): the
+        # lengths once, the finiteness of q, k and v together.
+        lengths = cache.lengths.tolist()
+        active = [b for b, n in enumerate(lengths) if n >= 0]
+        checks = [("q_step", q)] if cache.is_cuda else []
         if k is not None:
-            active = cache.active
             for b in active:
-                if int(cache.lengths[b]) >= cache.max_len:
+                if lengths[b] >= cache.max_len:
                     raise ValueError(
                         f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
                     )
             idx = torch.tensor(active, dtype=torch.long, device=k.device)
-            cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
+            checks += [("k_step", k[idx]), ("v_step", v[idx])]
+        if checks and not bool(torch.stack([torch.isfinite(x).all() for _, x in checks]).all()):
+            bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
+            raise ValueError(f"{fn}: {bad} holds a non-finite value")
+        if k is not None:
+            if cache.v_scale is not None:
+                cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
             for b in active:
-                cache._reserve(b, int(cache.lengths[b]) + 1)
-        if cache.is_cuda and not bool(torch.isfinite(q).all()):
-            raise ValueError(f"{fn}: q_step holds a non-finite value")
+                cache._reserve(b, lengths[b] + 1)
     out, lse = cache._step(q, k, v)
     if four:
         out = out.unsqueeze(1)
