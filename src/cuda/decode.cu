@@ -548,6 +548,19 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
   return r;
 }
 
+// The 4 lanes of a key's group hold partial dots v[j] of rows g4 + j; returns in lane u the
+// full sum of row g4 + u (a reduce-scatter: 3 shuffles instead of 8; integer sums are
+// exact in any order).
+__device__ __forceinline__ int32_t reduce4(const int32_t v[4], int u) {
+  const bool b0 = (u & 1) != 0, b1 = (u & 2) != 0;
+  const int32_t ra = __shfl_xor_sync(0xffffffffu, b0 ? v[0] : v[1], 1);
+  const int32_t rb = __shfl_xor_sync(0xffffffffu, b0 ? v[2] : v[3], 1);
+  const int32_t sa = (b0 ? v[1] : v[0]) + ra;  // row b0
+  const int32_t sb = (b0 ? v[3] : v[2]) + rb;  // row 2 + b0
+  const int32_t r = __shfl_xor_sync(0xffffffffu, b1 ? sa : sb, 2);
+  return (b1 ? sb : sa) + r;
+}
+
 // Column values of one key, 4 columns from c4*4 (stage row: bf16/fp16 V, or v8 planes A | B).
 __device__ __forceinline__ void stage_values(const unsigned char *row, int D, int c4, bool v8,
                                              bool vref, int vexp, bool f16, float v[4]) {
@@ -571,7 +584,7 @@ __device__ __forceinline__ void stage_values(const unsigned char *row, int D, in
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
 template <int NP>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
   constexpr int D = 64 * NP;
@@ -683,32 +696,39 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bool more = ci + 1 < nchunks;
     bool live = dense, refine = dense, vref = dense && v8;
     if (!dense) {
-      // Coarse logits and verdicts (OR over the group's rows); lane g % 4 keeps s_A.
-      for (int g = 0; g < G; ++g) {
-        int32_t aa = 0, ba = 0;
+      // Coarse logits and verdicts (OR over the group's rows), four rows at a time: each
+      // lane of the key's group ends with the sums of row g4 + u (reduce4) and keeps s_A.
+      int bits = 0;  // 1 live, 2 refine, 4 v-refine (this lane's rows), OR-ed below
+      for (int g4 = 0; g4 < G; g4 += 4) {
+        int32_t aa[4], ba[4];
 #pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          const int4 x1 = reinterpret_cast<const int4 *>(qa + g * D)[u + 4 * i];
-          const int4 x2 = reinterpret_cast<const int4 *>(qb + g * D)[u + 4 * i];
-          aa = __dp4a(x1.x, ka[i].x, aa);
-          aa = __dp4a(x1.y, ka[i].y, aa);
-          aa = __dp4a(x1.z, ka[i].z, aa);
-          aa = __dp4a(x1.w, ka[i].w, aa);
-          ba = __dp4a(x2.x, ka[i].x, ba);
-          ba = __dp4a(x2.y, ka[i].y, ba);
-          ba = __dp4a(x2.z, ka[i].z, ba);
-          ba = __dp4a(x2.w, ka[i].w, ba);
+        for (int j = 0; j < 4; ++j) {
+          aa[j] = 0;
+          ba[j] = 0;
+          if (g4 + j < G) {
+            const int4 *x1 = reinterpret_cast<const int4 *>(qa + (g4 + j) * D);
+            const int4 *x2 = reinterpret_cast<const int4 *>(qb + (g4 + j) * D);
+#pragma unroll
+            for (int i = 0; i < NP; ++i) {
+              int32_t ab = 0, bb = 0;  // (plane B unused here)
+              dot4_16(x1[u + 4 * i], x2[u + 4 * i], ka[i], ka[i], aa[j], ba[j], ab, bb);
+            }
+          }
         }
-        aa += __shfl_xor_sync(0xffffffffu, aa, 1);
-        ba += __shfl_xor_sync(0xffffffffu, ba, 1);
-        aa += __shfl_xor_sync(0xffffffffu, aa, 2);
-        ba += __shfl_xor_sync(0xffffffffu, ba, 2);
-        const float sa = coarse_logit(aa, ba, logit_multiplier(sq[g], sk, 8 + log2d));
-        live = live || sa >= thr_live[g];
-        refine = refine || sa >= thr_ref[g];
-        vref = vref || (v8 && sa >= thr_vref[g]);
-        if ((g & 3) == u) w[g * kChunk + kq] = sa;
+        const int32_t i_aa = reduce4(aa, u), i_ba = reduce4(ba, u);
+        const int g = g4 + u;
+        if (g < G) {
+          const float sa = coarse_logit(i_aa, i_ba, logit_multiplier(sq[g], sk, 8 + log2d));
+          bits |= (sa >= thr_live[g] ? 1 : 0) | (sa >= thr_ref[g] ? 2 : 0) |
+                  (v8 && sa >= thr_vref[g] ? 4 : 0);
+          w[g * kChunk + kq] = sa;
+        }
       }
+      bits |= __shfl_xor_sync(0xffffffffu, bits, 1);
+      bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
+      live = (bits & 1) != 0;
+      refine = (bits & 2) != 0;
+      vref = (bits & 4) != 0;
       refine = refine && live;
       vref = vref && live;
     }
@@ -774,26 +794,28 @@ __global__ void __launch_bounds__(kThreads, 2)
     // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
     // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
     const bool any_refine = __any_sync(0xffffffffu, refine);
-    for (int g = 0; g < G; ++g) {
+    for (int g4 = 0; g4 < G; g4 += 4) {
+      const int g = g4 + u;
       float fine = 0.0f;
       if (any_refine) {
-        int32_t aa = 0, ba = 0, ab = 0, bb = 0;
+        int32_t aa[4], ba[4], ab[4], bb[4];
 #pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          const int4 x1 = reinterpret_cast<const int4 *>(qa + g * D)[u + 4 * i];
-          const int4 x2 = reinterpret_cast<const int4 *>(qb + g * D)[u + 4 * i];
-          dot4_16(x1, x2, ka[i], kb[i], aa, ba, ab, bb);
-        }
+        for (int j = 0; j < 4; ++j) {
+          aa[j] = ba[j] = ab[j] = bb[j] = 0;
+          if (g4 + j < G) {
+            const int4 *x1 = reinterpret_cast<const int4 *>(qa + (g4 + j) * D);
+            const int4 *x2 = reinterpret_cast<const int4 *>(qb + (g4 + j) * D);
 #pragma unroll
-        for (int o = 1; o <= 2; o *= 2) {
-          aa += __shfl_xor_sync(0xffffffffu, aa, o);
-          ba += __shfl_xor_sync(0xffffffffu, ba, o);
-          ab += __shfl_xor_sync(0xffffffffu, ab, o);
-          bb += __shfl_xor_sync(0xffffffffu, bb, o);
+            for (int i = 0; i < NP; ++i)
+              dot4_16(x1[u + 4 * i], x2[u + 4 * i], ka[i], kb[i], aa[j], ba[j], ab[j], bb[j]);
+          }
         }
-        fine = fine_logit(aa, ba, ab, bb, logit_multiplier(sq[g], sk, 16 + log2d));
+        const int32_t i_aa = reduce4(aa, u), i_ba = reduce4(ba, u);
+        const int32_t i_ab = reduce4(ab, u), i_bb = reduce4(bb, u);
+        if (g < G)
+          fine = fine_logit(i_aa, i_ba, i_ab, i_bb, logit_multiplier(sq[g], sk, 16 + log2d));
       }
-      if ((g & 3) == u && present) {
+      if (g < G && present) {
         const int e = g * kChunk + kq;
         if (live) {
           const float ell = refine ? fine : w[e];
