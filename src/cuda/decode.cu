@@ -3,10 +3,11 @@
 // reference). v1 (notes/decode.md section 10): a parallel front, and split kernels that
 // stream the planes into registers (4 threads per key, 16-byte loads, the next chunk's
 // loads in flight) and the values into shared memory with cp.async. Still CUDA cores:
-// integer dots with dp4a (exact, so any order), the value product in FMA-free fp32. Every
-// rounding goes through the FOLD_HD rules of src/decode/, and every fp32 sum keeps the
-// reference's order (each (row, column) accumulator owned by one thread, keys in index
-// order), so planes, scales, Z, verdicts and N/T match the CPU reference bit for bit.
+// integer dots with dp4a (exact, so any order), the value product with one fma per key and
+// column (the spec's rounding). Every rounding goes through the FOLD_HD rules of
+// src/decode/, and every fp32 sum keeps the reference's order (each (row, column)
+// accumulator owned by one thread, keys in index order), so planes, scales, Z, verdicts
+// and N/T match the CPU reference bit for bit.
 //
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
@@ -868,10 +869,10 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         const float wk = w[g * kChunk + k];
         float v[4];
         stage_values(stg + k * vrow, D, c4, v8, (s_flags[k] & kFlagVRefine) != 0, vexp, pf16, v);
-        acc.x = add_rn(acc.x, mul_rn(wk, v[0]));
-        acc.y = add_rn(acc.y, mul_rn(wk, v[1]));
-        acc.z = add_rn(acc.z, mul_rn(wk, v[2]));
-        acc.w = add_rn(acc.w, mul_rn(wk, v[3]));
+        acc.x = fma_rn(wk, v[0], acc.x);
+        acc.y = fma_rn(wk, v[1], acc.y);
+        acc.z = fma_rn(wk, v[2], acc.z);
+        acc.w = fma_rn(wk, v[3], acc.w);
       }
       reinterpret_cast<float4 *>(ns)[e] = acc;
     }
