@@ -510,23 +510,23 @@ __global__ void __launch_bounds__(kThreads)
 // 256 threads walk the split in chunks of 64 keys (a chunk never straddles a page, so its
 // keys are 64 consecutive cache rows). Screen: 4 threads per key, each holding a quarter of
 // the key's planes in registers (16-byte pieces u, u + 4, ... : a warp's load reads 8 keys x
-// 64 contiguous bytes); integer dots with dp4a, summed across the 4 lanes by two xor
-// shuffles (integers: exact in any order). Values: cp.async 16-byte copies into a shared
-// stage (dense: the whole chunk, double-buffered one chunk ahead; else only the live keys,
-// plane B of K only for the refined ones). The next chunk's planes are loaded into
-// registers while the current one is weighted and multiplied. Orders that the output's bits
-// depend on are the reference's: N[g][d] one thread each, live keys in index order; T, T_lse
-// and the cut mass one thread per row, keys in index order; page flushes in page order.
+// 64 contiguous bytes); the integer dots of the warp's 8 keys against 8 rows at a time on
+// the int8 tensor cores (q planes A and B as the MMA's 16 rows; exact, so any order). Values:
+// cp.async 16-byte copies into a shared stage (dense: the whole chunk, double-buffered one chunk
+// ahead; else only the live keys, plane B of K only for the refined ones). The next chunk's planes
+// are loaded into registers while the current one is weighted and multiplied. Orders that the
+// output's bits depend on are the reference's: N[g][d] one thread each, live keys in index order;
+// T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
 constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
 __host__ __device__ inline size_t split_smem_bytes(int G, int D) {
-  return static_cast<size_t>(2) * 64 * 2 * D  // value stages
-         + static_cast<size_t>(G) * D * 4     // N
-         + 2u * G * kChunk * 4                // weights w, pe
-         + static_cast<size_t>(2) * G * D     // q planes
-         + (8u + kPagesPerSplit) * G * 4;     // per-row values, page cut masses
+  return static_cast<size_t>(2) * 64 * 2 * D           // value stages
+         + static_cast<size_t>(G) * D * 4              // N
+         + 2u * G * kChunk * 4                         // weights w, pe
+         + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
+         + (8u + kPagesPerSplit) * G * 4;              // per-row values, page cut masses
 }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
@@ -549,17 +549,18 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
   return r;
 }
 
-// The 4 lanes of a key's group hold partial dots v[j] of rows g4 + j; returns in lane u the
-// full sum of row g4 + u (a reduce-scatter: 3 shuffles instead of 8; integer sums are
-// exact in any order).
-__device__ __forceinline__ int32_t reduce4(const int32_t v[4], int u) {
-  const bool b0 = (u & 1) != 0, b1 = (u & 2) != 0;
-  const int32_t ra = __shfl_xor_sync(0xffffffffu, b0 ? v[0] : v[1], 1);
-  const int32_t rb = __shfl_xor_sync(0xffffffffu, b0 ? v[2] : v[3], 1);
-  const int32_t sa = (b0 ? v[1] : v[0]) + ra;  // row b0
-  const int32_t sb = (b0 ? v[3] : v[2]) + rb;  // row 2 + b0
-  const int32_t r = __shfl_xor_sync(0xffffffffu, b1 ? sa : sb, 2);
-  return (b1 ? sb : sa) + r;
+// c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
+// (PTX ISA, "Matrix Fragments for mma.m16n8k32"), lane = 4 g + t: A a0 = (row g, k 4t..4t+3),
+// a1 = (row g + 8, same k), a2 = (row g, k 16 + 4t..), a3 = (row g + 8, k 16 + 4t..);
+// B b0 = (col g, k 4t..4t+3), b1 = (col g, k 16 + 4t..); C c0, c1 = (row g, cols 2t, 2t + 1),
+// c2, c3 = (row g + 8, same cols). An integer dot does not depend on the order of k, so each
+// lane may feed any 8 bytes of its key as long as its A registers hold the q bytes at the
+// same positions (the split kernel's qfrag).
+__device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 // Column values of one key, 4 columns from c4*4 (stage row: bf16/fp16 V, or v8 planes A | B).
@@ -608,16 +609,28 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);
   float *w = ns + G * D;
   float *pe = w + G * kChunk;
-  int8_t *qa = reinterpret_cast<int8_t *>(pe + G * kChunk);
-  int8_t *qb = qa + G * D;
-  float *f = reinterpret_cast<float *>(qb + G * D);
+  // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
+  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * kChunk);
+  const int nrb = (G + 7) / 8;
+  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  for (int e = tid; e < G * D / 16; e += blockDim.x) {
-    reinterpret_cast<int4 *>(qa)[e] = reinterpret_cast<const int4 *>(ws.qa + row0 * D)[e];
-    reinterpret_cast<int4 *>(qb)[e] = reinterpret_cast<const int4 *>(ws.qb + row0 * D)[e];
+  // Lane (g, t) of slice s = 2 i + h feeds the key bytes at 16 (t + 4 i) + 8 h (b0) and + 4
+  // (b1): the words 2h, 2h + 1 of its register piece i (load_planes); its A registers hold
+  // the q bytes at the same offsets, of row 8 rb + g (plane A as row g, plane B as g + 8).
+  for (int e = tid; e < nrb * 2 * NP * 32; e += blockDim.x) {
+    const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
+    const int r = 8 * rb + (ln >> 2);
+    const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+    if (r < G) {
+      const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
+      const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
+      a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
+    }
+    qfrag[e] = a;
   }
   for (int g = tid; g < G; g += blockDim.x) {
     const float z = ws.z[row0 + g];
@@ -696,42 +709,43 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     const bool present = kq < nk;
     const bool more = ci + 1 < nchunks;
     bool live = dense, refine = dense, vref = dense && v8;
+    // MMA layout: lane (g, t) computes rows 8 rb + g against keys 8 warp + 2t + j (j < 2); the
+    // screen layout (key kq, quarter u) holds the planes. Scales of the MMA layout's keys:
+    const int mg = lane >> 2, mt = lane & 3;
+    const float skj[2] = {__shfl_sync(0xffffffffu, sk, 8 * mt),
+                          __shfl_sync(0xffffffffu, sk, 8 * mt + 4)};
+    int vbits = dense ? 0x3f : 0;  // keys 2t (bits 0-2), 2t + 1 (bits 3-5); OR over rows
     if (!dense) {
-      // Coarse logits and verdicts (OR over the group's rows), four rows at a time: each
-      // lane of the key's group ends with the sums of row g4 + u (reduce4) and keeps s_A.
-      int bits = 0;  // 1 live, 2 refine, 4 v-refine (this lane's rows), OR-ed below
-      for (int g4 = 0; g4 < G; g4 += 4) {
-        int32_t aa[4], ba[4];
+      // Coarse logits (plane A) and verdict bits.
+      for (int rb = 0; rb < nrb; ++rb) {
+        int32_t cc[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          aa[j] = 0;
-          ba[j] = 0;
-          if (g4 + j < G) {
-            const int4 *x1 = reinterpret_cast<const int4 *>(qa + (g4 + j) * D);
-            const int4 *x2 = reinterpret_cast<const int4 *>(qb + (g4 + j) * D);
+        for (int i = 0; i < NP; ++i) {
+          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
+          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
+        }
+        const int r = 8 * rb + mg;
+        if (r < G) {
 #pragma unroll
-            for (int i = 0; i < NP; ++i) {
-              int32_t ab = 0, bb = 0;  // (plane B unused here)
-              dot4_16(x1[u + 4 * i], x2[u + 4 * i], ka[i], ka[i], aa[j], ba[j], ab, bb);
-            }
+          for (int j = 0; j < 2; ++j) {
+            const float sa =
+                coarse_logit(cc[j], cc[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
+            vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0) |
+                      (v8 && sa >= thr_vref[r] ? 4 : 0))
+                     << (3 * j);
+            w[r * kChunk + 8 * warp + 2 * mt + j] = sa;
           }
         }
-        const int32_t i_aa = reduce4(aa, u), i_ba = reduce4(ba, u);
-        const int g = g4 + u;
-        if (g < G) {
-          const float sa = coarse_logit(i_aa, i_ba, logit_multiplier(sq[g], sk, 8 + log2d));
-          bits |= (sa >= thr_live[g] ? 1 : 0) | (sa >= thr_ref[g] ? 2 : 0) |
-                  (v8 && sa >= thr_vref[g] ? 4 : 0);
-          w[g * kChunk + kq] = sa;
-        }
       }
-      bits |= __shfl_xor_sync(0xffffffffu, bits, 1);
-      bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
-      live = (bits & 1) != 0;
-      refine = (bits & 2) != 0;
-      vref = (bits & 4) != 0;
-      refine = refine && live;
-      vref = vref && live;
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
+      // The screen layout's key kq = 8 warp + (lane >> 2) is key 2t + j of the MMA lanes with
+      // t = lane >> 3, j = (lane >> 2) & 1.
+      const int mine = __shfl_sync(0xffffffffu, vbits, lane >> 3) >> (3 * ((lane >> 2) & 1));
+      live = (mine & 1) != 0;
+      refine = (mine & 2) != 0 && live;
+      vref = (mine & 4) != 0 && live;
     }
     live = live && present;
     refine = refine && present;
@@ -795,36 +809,43 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
     // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
     const bool any_refine = __any_sync(0xffffffffu, refine);
-    for (int g4 = 0; g4 < G; g4 += 4) {
-      const int g = g4 + u;
-      float fine = 0.0f;
+    bool mlive[2], mref[2], mpres[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int bits = vbits >> (3 * j);
+      mpres[j] = 8 * warp + 2 * mt + j < nk;
+      mlive[j] = (bits & 1) != 0 && mpres[j];
+      mref[j] = (bits & 2) != 0 && mlive[j];
+    }
+    for (int rb = 0; rb < nrb; ++rb) {
+      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
       if (any_refine) {
-        int32_t aa[4], ba[4], ab[4], bb[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          aa[j] = ba[j] = ab[j] = bb[j] = 0;
-          if (g4 + j < G) {
-            const int4 *x1 = reinterpret_cast<const int4 *>(qa + (g4 + j) * D);
-            const int4 *x2 = reinterpret_cast<const int4 *>(qb + (g4 + j) * D);
-#pragma unroll
-            for (int i = 0; i < NP; ++i)
-              dot4_16(x1[u + 4 * i], x2[u + 4 * i], ka[i], kb[i], aa[j], ba[j], ab[j], bb[j]);
-          }
+        for (int i = 0; i < NP; ++i) {
+          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
+          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
+          mma_s8(ca, a0, ka[i].x, ka[i].y);
+          mma_s8(ca, a1, ka[i].z, ka[i].w);
+          mma_s8(cb, a0, kb[i].x, kb[i].y);
+          mma_s8(cb, a1, kb[i].z, kb[i].w);
         }
-        const int32_t i_aa = reduce4(aa, u), i_ba = reduce4(ba, u);
-        const int32_t i_ab = reduce4(ab, u), i_bb = reduce4(bb, u);
-        if (g < G)
-          fine = fine_logit(i_aa, i_ba, i_ab, i_bb, logit_multiplier(sq[g], sk, 16 + log2d));
       }
-      if (g < G && present) {
-        const int e = g * kChunk + kq;
-        if (live) {
-          const float ell = refine ? fine : w[e];
-          const float pex = exp2_fp(sub_rn(ell, zr[g]));
-          pe[e] = pex;
-          w[e] = round_operand(pex, pf16);
-        } else {
-          w[e] = exp2_fp(sub_rn(w[e], zr[g]));
+      const int r = 8 * rb + mg;
+      if (r < G) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (!mpres[j]) continue;
+          const int e = r * kChunk + 8 * warp + 2 * mt + j;
+          if (mlive[j]) {
+            const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                                   logit_multiplier(sq[r], skj[j], 16 + log2d))
+                                      : w[e];
+            const float pex = exp2_fp(sub_rn(ell, zr[r]));
+            pe[e] = pex;
+            w[e] = round_operand(pex, pf16);
+          } else {
+            w[e] = exp2_fp(sub_rn(w[e], zr[r]));
+          }
         }
       }
     }
