@@ -583,6 +583,49 @@ __device__ __forceinline__ void stage_values(const unsigned char *row, int D, in
   }
 }
 
+struct PvArgs {
+  float *ns;
+  const float *w;
+  const unsigned char *stage;
+  const int *flags;
+  uint64_t live_mask;
+  int nk, D, vrow;
+  bool v8;
+  int vexp;
+  bool pf16;
+};
+
+// N[g0 + r][4 c4 .. 4 c4 + 3] (r < R) += w[g0 + r][k] * v[k][...] over the chunk's live keys
+// in index order (dense: every present key), one fma per column.
+template <int R, bool kDense>
+__device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  auto step = [&](int k) {
+    float v[4];
+    stage_values(a.stage + k * a.vrow, a.D, c4, a.v8, a.v8 && (a.flags[k] & kFlagVRefine) != 0,
+                 a.vexp, a.pf16, v);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float wk = a.w[(g0 + r) * kChunk + k];
+      acc[r].x = fma_rn(wk, v[0], acc[r].x);
+      acc[r].y = fma_rn(wk, v[1], acc[r].y);
+      acc[r].z = fma_rn(wk, v[2], acc[r].z);
+      acc[r].w = fma_rn(wk, v[3], acc[r].w);
+    }
+  };
+  if (kDense) {
+#pragma unroll 2
+    for (int k = 0; k < a.nk; ++k) step(k);
+  } else {
+    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
 template <int NP>
@@ -880,22 +923,24 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       tlse[g] = tl;
       cut[g] = cu;
     }
-    // N: thread per (row, 4 columns), live keys in index order.
+    // N: thread per (R rows, 4 columns), live keys in index order (the value is converted
+    // once for the R rows: half the shared reads and conversions at R = 2).
     const unsigned char *stg = stage + st * 64 * vrow;
-    for (int e = tid; e < G * (D / 4); e += blockDim.x) {
-      const int g = e / (D / 4), c4 = e % (D / 4);
-      float4 acc = reinterpret_cast<float4 *>(ns)[e];
-      for (uint64_t m = live_mask; m != 0; m &= m - 1) {
-        const int k = __ffsll(static_cast<long long>(m)) - 1;
-        const float wk = w[g * kChunk + k];
-        float v[4];
-        stage_values(stg + k * vrow, D, c4, v8, (s_flags[k] & kFlagVRefine) != 0, vexp, pf16, v);
-        acc.x = fma_rn(wk, v[0], acc.x);
-        acc.y = fma_rn(wk, v[1], acc.y);
-        acc.z = fma_rn(wk, v[2], acc.z);
-        acc.w = fma_rn(wk, v[3], acc.w);
+    const PvArgs pa{ns, w, stg, s_flags, live_mask, nk, D, static_cast<int>(vrow), v8, vexp, pf16};
+    if (G % 2 == 0) {
+      for (int e = tid; e < (G / 2) * (D / 4); e += blockDim.x) {
+        if (dense)
+          pv_rows<2, true>(pa, 2 * (e / (D / 4)), e % (D / 4));
+        else
+          pv_rows<2, false>(pa, 2 * (e / (D / 4)), e % (D / 4));
       }
-      reinterpret_cast<float4 *>(ns)[e] = acc;
+    } else {
+      for (int e = tid; e < G * (D / 4); e += blockDim.x) {
+        if (dense)
+          pv_rows<1, true>(pa, e / (D / 4), e % (D / 4));
+        else
+          pv_rows<1, false>(pa, e / (D / 4), e % (D / 4));
+      }
     }
     if (more) {
 #pragma unroll
