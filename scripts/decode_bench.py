@@ -1,7 +1,12 @@
 """Quick latency of one CUDA decode step (graphed, L2 flushed before each replay) against
-torch SDPA (cuDNN if it takes the shapes) on contiguous bf16 KV. Prints bytes/key and TB/s.
+torch SDPA (cuDNN if it takes the shapes) on contiguous bf16 KV. Prints bytes/key, TB/s,
+the roofline time at 4.6 TB/s of the bytes each step reads, and the dense output's
+distance to SDPA's.
 
-python scripts/decode_bench.py  (needs a GPU and a CUDA build of the library)
+python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8 (G 8), D 128
+python scripts/decode_bench.py --quick    B1 L32K only
+python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
+(needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
 import sys
@@ -39,8 +44,12 @@ def graphed(fn):
     return g.replay
 
 
+CEILING = 4.6e12  # H200 streaming-read ceiling, bytes/s (notes/decode.md section 10)
 profile = "--profile" in sys.argv  # one shape, eager steps only (for nsys)
-shapes = ((1, 32768, 32, 8, 128),) if profile else ((1, 32768, 32, 8, 128), (32, 8192, 32, 8, 128))
+H_ = 32 if "--g4" in sys.argv else 64
+shapes = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128))
+if profile or "--quick" in sys.argv:
+    shapes = shapes[:1]
 for B, L, H, Hkv, D in shapes:
     torch.manual_seed(0)
     k = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16)
@@ -87,8 +96,10 @@ for B, L, H, Hkv, D in shapes:
         print("sdpa graph failed:", exc)
         t_ref = timed(sdpa)
     ref_bytes = B * Hkv * L * 2 * D * 2
-    print(f"B={B} L={L} H={H}/{Hkv} D={D}: SDPA[{backend}] {t_ref * 1e6:.1f} us, "
-          f"{2 * D * 2} B/key, {ref_bytes / t_ref / 1e12:.2f} TB/s")
+    ref_out = sdpa()[:, :, 0, :].float()
+    print(f"B={B} L={L} H={H}/{Hkv} D={D} ({ref_bytes / 2**30:.2f} GiB bf16 KV): SDPA[{backend}] "
+          f"{t_ref * 1e6:.1f} us, {2 * D * 2} B/key, {ref_bytes / t_ref / 1e12:.2f} TB/s "
+          f"(roofline {ref_bytes / CEILING * 1e6:.1f} us)", flush=True)
     for depth in (None, 16.0, 12.0):
         t0 = time.time()
         cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
@@ -103,8 +114,11 @@ for B, L, H, Hkv, D in shapes:
         t = timed(step)
         st = cache.stats()
         bytes_total = st["bytes_per_key"] * B * Hkv * L
-        print(f"  fold depth={depth}: {t * 1e6:.1f} us ({t / t_ref:.2f}x SDPA), "
-              f"{st['bytes_per_key']:.0f} B/key, {bytes_total / t / 1e12:.2f} TB/s, live {st['live_frac']:.3f} "
-              f"refine {st['refine_frac']:.3f} fixup {st['fixup_rows']}; cache fill {fill:.2f} s")
+        err = (out.float() - ref_out).norm().item() / ref_out.norm().item()
+        print(f"  fold depth={depth}: {t * 1e6:.1f} us (SDPA/fold {t_ref / t:.2f}x), "
+              f"{st['bytes_per_key']:.0f} B/key, {bytes_total / t / 1e12:.2f} TB/s "
+              f"(roofline {bytes_total / CEILING * 1e6:.1f} us), live {st['live_frac']:.3f} "
+              f"refine {st['refine_frac']:.3f} fixup {st['fixup_rows']}; rel. diff to SDPA {err:.2e}; "
+              f"cache fill {fill:.2f} s", flush=True)
         del cache
         torch.cuda.empty_cache()

@@ -39,6 +39,13 @@ void check_cuda_cache(const fold_kvcache_t *c) {
   for (uintptr_t p : planes)
     if (p % 16 != 0)
       fold::fail(FOLD_ERR_UNSUPPORTED, "cache K planes must be 16-byte aligned on CUDA");
+  // The split kernel copies value rows with 16-byte cp.async.
+  const uintptr_t values[] = {reinterpret_cast<uintptr_t>(c->v),
+                              reinterpret_cast<uintptr_t>(c->v_a),
+                              reinterpret_cast<uintptr_t>(c->v_b)};
+  for (uintptr_t p : values)
+    if (p % 16 != 0)
+      fold::fail(FOLD_ERR_UNSUPPORTED, "cache value arrays must be 16-byte aligned on CUDA");
 }
 
 }  // namespace

@@ -143,6 +143,13 @@ void commit_append(const fold_kvcache_t &c, const AppendPlan &plan) {
         rescale_v8(c, b, h, plan.first, x, plan.v_exp[h]);
       x = plan.v_exp[h];
     }
+  // Heavy-list entries outside [0, first) (only a hand-made cache has them) count as empty:
+  // their page would be a stale one (the CUDA writer does the same).
+  for (int h = 0; h < Hk && plan.n > 0; ++h) {
+    int32_t *list = c.heavy_keys + (static_cast<int64_t>(b) * Hk + h) * decode::kHeavyKeys;
+    for (int e = 0; e < decode::kHeavyKeys; ++e)
+      if (list[e] < 0 || list[e] >= plan.first) list[e] = -1;
+  }
   for (int32_t i = 0; i < plan.n; ++i) {
     const int32_t t = plan.first + i;
     const int32_t page = page_of(c, b, t);

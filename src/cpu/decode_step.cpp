@@ -311,7 +311,8 @@ class Group {
           ts[g] = add_rn(ts[g], pw);
           ts_lse[g] = add_rn(ts_lse[g], pe);
           float *nrow = &ns[static_cast<size_t>(g) * D_];
-          for (int d = 0; d < D_; ++d) nrow[d] = add_rn(nrow[d], mul_rn(pw, v[d]));
+          // One rounding per key: fma (pw * v is exact in fp32 anyway, bar subnormal products).
+          for (int d = 0; d < D_; ++d) nrow[d] = fma_rn(pw, v[d], nrow[d]);
         }
       }
       flush_page(s1 - 1);

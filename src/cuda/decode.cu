@@ -1,10 +1,13 @@
-// CUDA decode v0: the cache writer, the front (Q planes, reference Z), the split decode,
-// the combine and the in-stream guard (notes/decode.md is the spec, src/cpu/decode_*.cpp
-// the reference). v0 runs on CUDA cores: integer dots with dp4a, the value product in fp32
-// FMA-free arithmetic. Every rounding goes through the FOLD_HD rules of src/decode/, so
-// planes, scales, Z, verdicts and even N/T match the reference bit for bit: each (row,
-// column) accumulator is owned by one thread that visits keys in index order, as the CPU
-// loop does (a tensor-core version may reorder the fp32 sums; the spec allows that).
+// CUDA decode: the cache writer, the front (Q planes, reference Z), the split decode, the
+// combine and the in-stream guard (notes/decode.md is the spec, src/cpu/decode_*.cpp the
+// reference). v1 (notes/decode.md section 10): a parallel front, and split kernels that
+// stream the planes into registers (4 threads per key, 16-byte loads, the next chunk's
+// loads in flight) and the values into shared memory with cp.async. Still CUDA cores:
+// integer dots with dp4a (exact, so any order), the value product with one fma per key and
+// column (the spec's rounding). Every rounding goes through the FOLD_HD rules of
+// src/decode/, and every fp32 sum keeps the reference's order (each (row, column)
+// accumulator owned by one thread, keys in index order), so planes, scales, Z, verdicts
+// and N/T match the CPU reference bit for bit.
 //
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
@@ -261,7 +264,8 @@ __global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) 
     int32_t idx[kHeavyKeys];
     uint16_t sc[kHeavyKeys];
     for (int e = 0; e < kHeavyKeys; ++e) {
-      idx[e] = list[e];
+      // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale.
+      idx[e] = list[e] >= 0 && list[e] < L ? list[e] : -1;
       sc[e] = idx[e] >= 0 ? c.k_scale[key_row(c, b, hk, idx[e])] : 0;
     }
     for (int32_t t = L; t < L + n; ++t) {
@@ -300,343 +304,700 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
   return stats == nullptr ? nullptr : reinterpret_cast<unsigned long long *>(stats) + i;
 }
 
-// Quantises row `row` of q (block-wide): y = H(q * cmul), planes into qa/qb (global and
-// the given shared copies); returns nothing, writes sq.
-__device__ __forceinline__ void quantise_q_row(const fold_kvcache_t &c, const fold_tensor_t &q,
-                                               float cmul, int b, int h, const Ws &ws, int H,
-                                               float *y, unsigned int *s_amax, int8_t *sa,
-                                               int8_t *sb) {
-  const int D = c.head_dim, tid = threadIdx.x;
-  if (tid == 0) *s_amax = 0u;
-  if (tid < D)
-    y[tid] = mul_rn(load16(c.dtype, q.data, b * q.batch_stride + h * q.head_stride + tid), cmul);
-  __syncthreads();
-  for (int s = 1; s < D; s *= 2) {
-    for (int idx = tid; idx < D / 2; idx += blockDim.x) {
-      const int j = (idx / s) * 2 * s + idx % s;
-      const float p = y[j], r = y[j + s];
-      y[j] = add_rn(p, r);
-      y[j + s] = sub_rn(p, r);
+// Quantises q row h in one warp: lane owns elements [E * lane, E * lane + E) (D = 32 E).
+// The butterfly stages are hadamard_unnormalised's (h = 1, 2, ...), the first log2 E in
+// registers, the rest across lanes: element j (bit h clear) gets x[j] + x[j + h], element
+// j + h gets x[j] - x[j + h], the same two roundings as the reference.
+template <int E>
+__device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, const fold_tensor_t &q,
+                                                    float cmul, int b, int h, int H, const Ws &ws,
+                                                    int8_t *sa, int8_t *sb, float *s_sq) {
+  constexpr int D = 32 * E;
+  const int lane = threadIdx.x & 31;
+  float y[E];
+  const int64_t base = b * q.batch_stride + h * q.head_stride + E * lane;
+#pragma unroll
+  for (int e = 0; e < E; ++e) y[e] = mul_rn(load16(c.dtype, q.data, base + e), cmul);
+  constexpr int kLogE = E == 2 ? 1 : (E == 4 ? 2 : 3);
+#pragma unroll
+  for (int ls = 0; ls < kLogE; ++ls) {
+    const int s = 1 << ls;
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      if ((e & s) == 0) {
+        const float a = y[e], r = y[e + s];
+        y[e] = add_rn(a, r);
+        y[e + s] = sub_rn(a, r);
+      }
+  }
+#pragma unroll
+  for (int ls = 1; ls < 32; ls *= 2) {
+    const bool upper = (lane & ls) != 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, y[e], ls);
+      y[e] = upper ? sub_rn(other, y[e]) : add_rn(y[e], other);
     }
-    __syncthreads();
   }
-  if (tid < D) atomicMax(s_amax, __float_as_uint(y[tid]) & 0x7fffffffu);
-  __syncthreads();
-  const uint16_t bits = plane_scale_bits(__uint_as_float(*s_amax));
-  const float scale = bf16_bits_to_float(bits);
+  unsigned int m = 0u;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const unsigned int u = __float_as_uint(y[e]) & 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  m = __reduce_max_sync(0xffffffffu, m);
+  const float scale = bf16_bits_to_float(plane_scale_bits(__uint_as_float(m)));
   const int64_t row = static_cast<int64_t>(b) * H + h;
-  if (tid < D) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
     int8_t pa = 0, pb = 0;
-    if (scale != 0.0f) split_element(div_rn(y[tid], scale), pa, pb);
-    ws.qa[row * D + tid] = pa;
-    ws.qb[row * D + tid] = pb;
-    sa[tid] = pa;
-    sb[tid] = pb;
+    if (scale != 0.0f) split_element(div_rn(y[e], scale), pa, pb);
+    const int d = E * lane + e;
+    ws.qa[row * D + d] = pa;
+    ws.qb[row * D + d] = pb;
+    sa[d] = pa;
+    sb[d] = pb;
   }
-  if (tid == 0) ws.sq[row] = scale;
-  __syncthreads();
+  if (lane == 0) {
+    ws.sq[row] = scale;
+    *s_sq = scale;
+  }
 }
 
-constexpr int kFrontRows = kThreads / 32;  // rows per batch: one warp computes each row's Z
+// Four integer dots of 16 bytes: q planes (x1, x2) against key planes (ka, kb).
+__device__ __forceinline__ void dot4_16(const int4 &x1, const int4 &x2, const int4 &ka,
+                                        const int4 &kb, int32_t &aa, int32_t &ba, int32_t &ab,
+                                        int32_t &bb) {
+  aa = __dp4a(x1.x, ka.x, aa);
+  aa = __dp4a(x1.y, ka.y, aa);
+  aa = __dp4a(x1.z, ka.z, aa);
+  aa = __dp4a(x1.w, ka.w, aa);
+  ba = __dp4a(x2.x, ka.x, ba);
+  ba = __dp4a(x2.y, ka.y, ba);
+  ba = __dp4a(x2.z, ka.z, ba);
+  ba = __dp4a(x2.w, ka.w, ba);
+  ab = __dp4a(x1.x, kb.x, ab);
+  ab = __dp4a(x1.y, kb.y, ab);
+  ab = __dp4a(x1.z, kb.z, ab);
+  ab = __dp4a(x1.w, kb.w, ab);
+  bb = __dp4a(x2.x, kb.x, bb);
+  bb = __dp4a(x2.y, kb.y, bb);
+  bb = __dp4a(x2.z, kb.z, bb);
+  bb = __dp4a(x2.w, kb.w, bb);
+}
 
-// grid (Hkv, B), 256 threads.
+constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
+
+// grid (Hkv, B), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
+// placed by one thread each (plan_sample_shape), q rows are quantised one warp each, the
+// sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
+// (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
+// levels in registers, five by shuffles).
+template <int E>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats) {
-  __shared__ float y[256];
-  __shared__ unsigned int s_amax;
-  __shared__ __align__(16) int8_t qa8[kFrontRows][256];
-  __shared__ __align__(16) int8_t qb8[kFrontRows][256];
+  constexpr int D = 32 * E;
+  __shared__ __align__(16) int8_t qa8[kFrontRows][D];
+  __shared__ __align__(16) int8_t qb8[kFrontRows][D];
   __shared__ float x8[kFrontRows][kZSlots];
-  __shared__ __align__(16) unsigned char zs_raw[sizeof(ZSample)];
-  ZSample &zs = *reinterpret_cast<ZSample *>(zs_raw);
+  __shared__ float s_sq[kFrontRows];
+  __shared__ int32_t s_key[kZSlots];
+  __shared__ int32_t s_heavy[kHeavyKeys];
+  __shared__ __align__(16) unsigned char shape_raw[sizeof(ZSampleShape)];
+  ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
   const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
   if (L <= 0) return;
-  const int D = c.head_dim, G = H / c.n_kv_heads, log2d = log2_pow2(D);
+  const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid < kHeavyKeys)
+    s_heavy[tid] = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
+  __syncthreads();
   if (tid == 0) {
-    plan_reference_sample(
-        L, zs, c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys);
-    stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(zs.n) * (2 * D + 2));
+    plan_sample_shape(L, s_heavy, sh);
+    stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(sh.n) * (2 * D + 2));
   }
   __syncthreads();
-  const int n = zs.n;
+  const int n = sh.n;
+  const bool strata = sh.m > kZStrata;
+  const int first_stratum = strata ? sh.first_middle : n;
+  // Place the slots (each slot written by exactly one thread).
+  if (tid == 0) s_key[0] = 0;
+  if (tid < sh.n_newest) s_key[1 + tid] = sh.newest_lo + tid;
+  if (tid < sh.n_heavy) s_key[1 + sh.n_newest + tid] = sh.heavy_mid[tid];
+  if (strata) {
+    if (tid < kZStrata) s_key[sh.first_middle + tid] = sample_stratum_key(sh, s_heavy, tid);
+  } else if (tid < sh.m) {
+    const int slot = sample_exact_middle_slot(sh, s_heavy, 1 + tid);
+    if (slot >= 0) s_key[slot] = 1 + tid;
+  }
+  __syncthreads();
+  int64_t kr = 0;
+  float sk = 0.0f;
+  if (tid < n) {
+    kr = key_row(c, b, hk, s_key[tid]);
+    sk = bf16_bits_to_float(c.k_scale[kr]);
+  }
   for (int g0 = 0; g0 < G; g0 += kFrontRows) {
     const int rows = min(kFrontRows, G - g0);
-    for (int r = 0; r < rows; ++r)
-      quantise_q_row(c, q, cmul, b, hk * G + g0 + r, ws, H, y, &s_amax, qa8[r], qb8[r]);
-    // Fine logits of the sample (pair = row x slot).
-    for (int e = tid; e < rows * n; e += blockDim.x) {
-      const int r = e / n, slot = e % n;
-      const int64_t kr = key_row(c, b, hk, zs.key[slot]);
-      int32_t aa, ba, ab, bb;
-      dot2_i8(qa8[r], qb8[r], c.k_a + kr * D, D, aa, ba);
-      dot2_i8(qa8[r], qb8[r], c.k_b + kr * D, D, ab, bb);
-      const float sq = ws.sq[static_cast<int64_t>(b) * H + hk * G + g0 + r];
-      const float sk = bf16_bits_to_float(c.k_scale[kr]);
-      x8[r][slot] = fine_logit(aa, ba, ab, bb, logit_multiplier(sq, sk, 16 + log2d));
+    if (warp < rows)
+      quantise_q_row_warp<E>(c, q, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
+                             &s_sq[warp]);
+    __syncthreads();
+    if (tid < n) {  // fine logits of slot tid against the step's rows
+      int32_t aa[kFrontRows], ba[kFrontRows], ab[kFrontRows], bb[kFrontRows];
+#pragma unroll
+      for (int r = 0; r < kFrontRows; ++r) aa[r] = ba[r] = ab[r] = bb[r] = 0;
+      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + kr * D);
+      const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + kr * D);
+#pragma unroll 4
+      for (int i = 0; i < D / 16; ++i) {
+        const int4 ka = pa[i], kb = pb[i];
+#pragma unroll
+        for (int r = 0; r < kFrontRows; ++r)
+          if (r < rows) {
+            const int4 x1 = reinterpret_cast<const int4 *>(qa8[r])[i];
+            const int4 x2 = reinterpret_cast<const int4 *>(qb8[r])[i];
+            dot4_16(x1, x2, ka, kb, aa[r], ba[r], ab[r], bb[r]);
+          }
+      }
+#pragma unroll
+      for (int r = 0; r < kFrontRows; ++r)
+        if (r < rows)
+          x8[r][tid] =
+              fine_logit(aa[r], ba[r], ab[r], bb[r], logit_multiplier(s_sq[r], sk, 16 + log2d));
     }
     __syncthreads();
     if (warp < rows) {
       float *x = x8[warp];
-      // M: the largest logit (a max is order-free).
       float m = x[0];
-      for (int i = lane; i < n; i += 32) m = x[i] > m ? x[i] : m;
+#pragma unroll
+      for (int k = 0; k < kZSlots / 32; ++k) {
+        const int i = lane + 32 * k;
+        if (i < n) m = x[i] > m ? x[i] : m;
+      }
+#pragma unroll
       for (int o = 16; o >= 1; o /= 2) {
         const float other = __shfl_xor_sync(0xffffffffu, m, o);
         m = other > m ? other : m;
       }
-      __syncwarp();
-      for (int i = lane; i < kZSlots; i += 32) x[i] = i < n ? exp2_fp(sub_rn(x[i], m)) : 0.0f;
-      __syncwarp();
-      // Stratum weights, in reference_z's sequential order (an earlier slot's new value
-      // takes part in the later slots' ranks).
-      for (int i = zs.first_stratum; i < n; ++i) {
-        int above = 0;
-        const float xi = x[i];
-        for (int j = zs.first_stratum + lane; j < n; j += 32)
-          above += (x[j] > xi || (x[j] == xi && j < i)) ? 1 : 0;
-        above = __reduce_add_sync(0xffffffffu, above);
-        if (lane == 0 && above >= kZTopUnweighted) x[i] = mul_rn(xi, zs.stratum_weight);
-        __syncwarp();
+      float v[kZSlots / 32];
+#pragma unroll
+      for (int k = 0; k < kZSlots / 32; ++k) {
+        const int i = lane + 32 * k;
+        v[k] = i < n ? exp2_fp(sub_rn(x[i], m)) : 0.0f;
       }
-      for (int h = kZSlots / 2; h >= 1; h /= 2) {
-        for (int i = lane; i < h; i += 32) x[i] = add_rn(x[i], x[i + h]);
+      if (first_stratum < n) {
         __syncwarp();
+#pragma unroll
+        for (int k = 0; k < kZSlots / 32; ++k) x[lane + 32 * k] = v[k];
+        __syncwarp();
+        const float w = div_rn(static_cast<float>(sh.m - kZTopUnweighted),
+                               static_cast<float>(kZStrata - kZTopUnweighted));
+#pragma unroll
+        for (int k = 0; k < kZSlots / 32; ++k) {
+          const int i = lane + 32 * k;
+          if (i >= first_stratum && i < n &&
+              stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
+            v[k] = mul_rn(v[k], w);
+        }
+      }
+      // Halving tree: h = 128, 64, 32 inside the lane (slot i = lane + 32 k), then shuffles.
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = add_rn(v[k], v[k + 4]);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) v[k] = add_rn(v[k], v[k + 2]);
+      v[0] = add_rn(v[0], v[1]);
+#pragma unroll
+      for (int h = 16; h >= 1; h /= 2) {
+        const float other = __shfl_down_sync(0xffffffffu, v[0], h);
+        if (lane < h) v[0] = add_rn(v[0], other);
       }
       if (lane == 0)
-        ws.z[static_cast<int64_t>(b) * H + hk * G + g0 + warp] = add_rn(m, log2_fp(x[0]));
+        ws.z[static_cast<int64_t>(b) * H + hk * G + g0 + warp] = add_rn(m, log2_fp(v[0]));
     }
     __syncthreads();
   }
 }
 
 // ---- decode: one split of kSplitKeys keys of one (request, KV head) group ---------------
+//
+// 256 threads walk the split in chunks of 64 keys (a chunk never straddles a page, so its
+// keys are 64 consecutive cache rows). Screen: 4 threads per key, each holding a quarter of
+// the key's planes in registers (16-byte pieces u, u + 4, ... : a warp's load reads 8 keys x
+// 64 contiguous bytes); the integer dots of the warp's 8 keys against 8 rows at a time on
+// the int8 tensor cores (q planes A and B as the MMA's 16 rows; exact, so any order). Values:
+// cp.async 16-byte copies into a shared stage (dense: the whole chunk, double-buffered one chunk
+// ahead; else only the live keys, plane B of K only for the refined ones). The next chunk's planes
+// are loaded into registers while the current one is weighted and multiplied. Orders that the
+// output's bits depend on are the reference's: N[g][d] one thread each, live keys in index order;
+// T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
-struct SplitSmem {
-  int8_t *qa, *qb;
-  float *sq, *z, *thr_live, *thr_ref, *thr_vref;
-  float *w, *pe;
-  int32_t *flags;
-  float *ns, *cutn, *ts, *tlse, *cut, *cutt;
-};
-
-__host__ __device__ inline size_t split_smem_bytes(int G, int D) {
-  return static_cast<size_t>(2) * G * D + 5u * G * 4 + 2u * G * kChunk * 4 + kChunk * 4 +
-         2u * G * D * 4 + 4u * G * 4 + 64;
-}
-
+constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
-// grid (splits, Hkv, B). Pass 0: every group; pass 1: only groups the guard flagged.
-__global__ void __launch_bounds__(kThreads)
+__host__ __device__ inline size_t split_smem_bytes(int G, int D) {
+  return static_cast<size_t>(2) * 64 * 2 * D           // value stages
+         + static_cast<size_t>(G) * D * 4              // N
+         + 2u * G * kChunk * 4                         // weights w, pe
+         + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
+         + (8u + kPagesPerSplit) * G * 4;              // per-row values, page cut masses
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Bits 4i (i < 8) of a warp ballot, packed: the keys of the warp's 8 four-lane groups.
+__device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
+  unsigned int r = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r |= ((ballot >> (4 * i)) & 1u) << i;
+  return r;
+}
+
+// c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
+// (PTX ISA, "Matrix Fragments for mma.m16n8k32"), lane = 4 g + t: A a0 = (row g, k 4t..4t+3),
+// a1 = (row g + 8, same k), a2 = (row g, k 16 + 4t..), a3 = (row g + 8, k 16 + 4t..);
+// B b0 = (col g, k 4t..4t+3), b1 = (col g, k 16 + 4t..); C c0, c1 = (row g, cols 2t, 2t + 1),
+// c2, c3 = (row g + 8, same cols). An integer dot does not depend on the order of k, so each
+// lane may feed any 8 bytes of its key as long as its A registers hold the q bytes at the
+// same positions (the split kernel's qfrag).
+__device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// Column values of one key, 4 columns from c4*4 (stage row: bf16/fp16 V, or v8 planes A | B).
+__device__ __forceinline__ void stage_values(const unsigned char *row, int D, int c4, bool v8,
+                                             bool vref, int vexp, bool f16, float v[4]) {
+  if (v8) {
+    const uint32_t a = *reinterpret_cast<const uint32_t *>(row + 4 * c4);
+    const uint32_t bw = vref ? *reinterpret_cast<const uint32_t *>(row + D + 4 * c4) : 0u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = v8_value(static_cast<uint8_t>(a >> (8 * i)), static_cast<uint8_t>(bw >> (8 * i)), vexp,
+                      vref);
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2 *>(row + 8 * c4);
+    const uint32_t h[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = f16 ? __half2float(__ushort_as_half(static_cast<unsigned short>(h[i])))
+                 : __uint_as_float(h[i] << 16);
+  }
+}
+
+struct PvArgs {
+  float *ns;
+  const float *w;
+  const unsigned char *stage;
+  const int *flags;
+  uint64_t live_mask;
+  int nk, D, vrow;
+  bool v8;
+  int vexp;
+  bool pf16;
+};
+
+// N[g0 + r][4 c4 .. 4 c4 + 3] (r < R) += w[g0 + r][k] * v[k][...] over the chunk's live keys
+// in index order (dense: every present key), one fma per column.
+template <int R, bool kDense>
+__device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  auto step = [&](int k) {
+    float v[4];
+    stage_values(a.stage + k * a.vrow, a.D, c4, a.v8, a.v8 && (a.flags[k] & kFlagVRefine) != 0,
+                 a.vexp, a.pf16, v);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float wk = a.w[(g0 + r) * kChunk + k];
+      acc[r].x = fma_rn(wk, v[0], acc[r].x);
+      acc[r].y = fma_rn(wk, v[1], acc[r].y);
+      acc[r].z = fma_rn(wk, v[2], acc[r].z);
+      acc[r].w = fma_rn(wk, v[3], acc[r].w);
+    }
+  };
+  if (kDense) {
+#pragma unroll 2
+    for (int k = 0; k < a.nk; ++k) step(k);
+  } else {
+    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
+// grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
+// groups the guard flagged.
+template <int NP>
+__global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
+  constexpr int D = 64 * NP;
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int s_any_cut, s_keys, s_live, s_ref, s_vref, s_flush;
-  __shared__ unsigned int s_live_mask[kChunk / 32];
+  __shared__ int s_flags[kChunk];
+  __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
+  __shared__ int32_t s_page_last[kPagesPerSplit];
+  __shared__ int s_keys, s_live, s_ref, s_vref;
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
   if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
   const int32_t s1 = min(L, s0 + kSplitKeys);
-  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
-  const int log2d = log2_pow2(D), tid = threadIdx.x;
+  const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
+  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kq = tid >> 2, u = tid & 3;  // screen: key kq of the chunk, quarter u
   const bool dense = p.dense != 0, v8 = c.v8 != 0, pf16 = c.dtype == FOLD_DTYPE_F16 && !v8;
-  SplitSmem sm;
-  unsigned char *cur = smem;
-  sm.qa = reinterpret_cast<int8_t *>(cur);
-  cur += G * D;
-  sm.qb = reinterpret_cast<int8_t *>(cur);
-  cur += G * D;
-  float *f = reinterpret_cast<float *>(cur);
-  sm.sq = f;
-  sm.z = f + G;
-  sm.thr_live = f + 2 * G;
-  sm.thr_ref = f + 3 * G;
-  sm.thr_vref = f + 4 * G;
-  sm.w = f + 5 * G;
-  sm.pe = sm.w + G * kChunk;
-  sm.flags = reinterpret_cast<int32_t *>(sm.pe + G * kChunk);
-  sm.ns = reinterpret_cast<float *>(sm.flags + kChunk);
-  sm.cutn = sm.ns + G * D;
-  sm.ts = sm.cutn + G * D;
-  sm.tlse = sm.ts + G;
-  sm.cut = sm.tlse + G;
-  sm.cutt = sm.cut + G;
+  unsigned char *stage = smem;  // [2][64][2D]
+  float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);
+  float *w = ns + G * D;
+  float *pe = w + G * kChunk;
+  // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
+  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * kChunk);
+  const int nrb = (G + 7) / 8;
+  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
+  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
+  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  for (int e = tid; e < G * D / 16; e += blockDim.x) {
-    reinterpret_cast<int4 *>(sm.qa)[e] = reinterpret_cast<const int4 *>(ws.qa + row0 * D)[e];
-    reinterpret_cast<int4 *>(sm.qb)[e] = reinterpret_cast<const int4 *>(ws.qb + row0 * D)[e];
+  // Lane (g, t) of slice s = 2 i + h feeds the key bytes at 16 (t + 4 i) + 8 h (b0) and + 4
+  // (b1): the words 2h, 2h + 1 of its register piece i (load_planes); its A registers hold
+  // the q bytes at the same offsets, of row 8 rb + g (plane A as row g, plane B as g + 8).
+  for (int e = tid; e < nrb * 2 * NP * 32; e += blockDim.x) {
+    const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
+    const int r = 8 * rb + (ln >> 2);
+    const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+    if (r < G) {
+      const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
+      const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
+      a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
+    }
+    qfrag[e] = a;
   }
   for (int g = tid; g < G; g += blockDim.x) {
     const float z = ws.z[row0 + g];
-    sm.sq[g] = ws.sq[row0 + g];
-    sm.z[g] = z;
-    sm.thr_live[g] = sub_rn(z, p.depth);
-    sm.thr_ref[g] = sub_rn(z, p.refine_band);
-    sm.thr_vref[g] = sub_rn(z, p.v_refine_band);
-    sm.ts[g] = 0.0f;
-    sm.tlse[g] = 0.0f;
-    sm.cut[g] = 0.0f;
-    sm.cutt[g] = 0.0f;
+    sq[g] = ws.sq[row0 + g];
+    zr[g] = z;
+    thr_live[g] = sub_rn(z, p.depth);
+    thr_ref[g] = sub_rn(z, p.refine_band);
+    thr_vref[g] = sub_rn(z, p.v_refine_band);
+    ts[g] = 0.0f;
+    tlse[g] = 0.0f;
+    cut[g] = 0.0f;
   }
-  for (int e = tid; e < G * D; e += blockDim.x) {
-    sm.ns[e] = 0.0f;
-    sm.cutn[e] = 0.0f;
-  }
-  if (tid == 0) {
-    s_any_cut = 0;
-    s_keys = s_live = s_ref = s_vref = s_flush = 0;
-  }
+  for (int e = tid; e < G * D; e += blockDim.x) ns[e] = 0.0f;
+  if (tid == 0) s_keys = s_live = s_ref = s_vref = 0;
   int vexp = 0;
   if (v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
     vexp = x == kVExpUnset ? 0 : x;
   }
-  __syncthreads();
+  const size_t vrow = 2 * D;  // bytes of a stage row
 
-  // The cut mass of the page ending at key j_last goes out: mass x the page's mean V.
-  auto flush = [&](int32_t j_last) {
-    if (s_any_cut == 0) return;  // uniform: read after a barrier
-    const int32_t first = j_last - j_last % P;
-    const int32_t count = min(P, L - first);
-    const float *sum = c.v_page_sum + page_sum_base(c, b, hk, j_last);
-    for (int e = tid; e < G * D; e += blockDim.x) {
-      const int g = e / D, d = e % D;
-      sm.cutn[e] = add_rn(sm.cutn[e], mul_rn(sm.cut[g], div_rn(sum[d], static_cast<float>(count))));
+  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
+  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, float &sk, bool with_b) {
+    const int nk = min(kChunk, s1 - j0);
+    if (kq < nk) {
+      const int64_t r = key_row(c, b, hk, j0) + kq;
+      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + r * D);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
+      if (with_b) {
+        const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + r * D);
+#pragma unroll
+        for (int i = 0; i < NP; ++i) bp[i] = pb[u + 4 * i];
+      }
+      sk = bf16_bits_to_float(c.k_scale[r]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < NP; ++i) a[i] = bp[i] = make_int4(0, 0, 0, 0);
+      sk = 0.0f;
     }
-    __syncthreads();
-    for (int g = tid; g < G; g += blockDim.x) {
-      sm.cutt[g] = add_rn(sm.cutt[g], sm.cut[g]);
-      sm.cut[g] = 0.0f;
+  };
+  // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
+  auto stage_chunk = [&](int32_t j0, int st) {
+    const int nk = min(kChunk, s1 - j0);
+    const int64_t rb = key_row(c, b, hk, j0);
+    unsigned char *dst = stage + st * 64 * vrow;
+    constexpr int pieces = 2 * D / 16;  // per key
+    for (int e = tid; e < nk * pieces; e += blockDim.x) {
+      const int k = e / pieces, q16 = e % pieces;
+      const unsigned char *src;
+      if (v8)
+        src = q16 < D / 16 ? c.v_a + (rb + k) * D + 16 * q16
+                           : c.v_b + (rb + k) * D + 16 * (q16 - D / 16);
+      else
+        src = static_cast<const unsigned char *>(c.v) + (rb + k) * vrow + 16 * q16;
+      cp_async16(dst + k * vrow + 16 * q16, src);
     }
-    if (tid == 0) {
-      s_any_cut = 0;
-      s_flush += 1;
-    }
-    __syncthreads();
+    cp_async_commit();
   };
 
-  for (int32_t j0 = s0; j0 < s1; j0 += kChunk) {
-    if (j0 > s0 && j0 % P == 0) flush(j0 - 1);
+  int4 ka[NP], kb[NP], ka_n[NP], kb_n[NP];
+#pragma unroll
+  for (int i = 0; i < NP; ++i) ka[i] = kb[i] = ka_n[i] = kb_n[i] = make_int4(0, 0, 0, 0);
+  float sk = 0.0f, sk_n = 0.0f;
+  load_planes(s0, ka, kb, sk, dense);
+  if (dense) stage_chunk(s0, 0);
+  __syncthreads();
+
+  int n_pages = 0;
+  bool page_has_cut = false;
+  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
-    const int64_t rbase = key_row(c, b, hk, j0);  // the chunk's keys are consecutive rows
-    // Coarse logits (plane A).
-    for (int e = tid; e < G * kChunk; e += blockDim.x) {
-      const int g = e / kChunk, k = e % kChunk;
-      if (k >= nk) continue;
-      int32_t aa, ba;
-      dot2_i8(sm.qa + g * D, sm.qb + g * D, c.k_a + (rbase + k) * D, D, aa, ba);
-      const float sk = bf16_bits_to_float(c.k_scale[rbase + k]);
-      sm.w[e] = coarse_logit(aa, ba, logit_multiplier(sm.sq[g], sk, 8 + log2d));
-    }
-    __syncthreads();
-    // Verdicts, OR-ed over the group's rows.
-    if (tid < kChunk) {
-      int fl = 0;
-      if (tid < nk) {
-        bool live = dense, refine = dense, vref = dense && v8;
-        for (int g = 0; g < G && !dense; ++g) {
-          const float sa = sm.w[g * kChunk + tid];
-          live = live || sa >= sm.thr_live[g];
-          refine = refine || sa >= sm.thr_ref[g];
-          vref = vref || (v8 && sa >= sm.thr_vref[g]);
+    const int st = dense ? (ci & 1) : 0;
+    const bool present = kq < nk;
+    const bool more = ci + 1 < nchunks;
+    bool live = dense, refine = dense, vref = dense && v8;
+    // MMA layout: lane (g, t) computes rows 8 rb + g against keys 8 warp + 2t + j (j < 2); the
+    // screen layout (key kq, quarter u) holds the planes. Scales of the MMA layout's keys:
+    const int mg = lane >> 2, mt = lane & 3;
+    const float skj[2] = {__shfl_sync(0xffffffffu, sk, 8 * mt),
+                          __shfl_sync(0xffffffffu, sk, 8 * mt + 4)};
+    int vbits = dense ? 0x3f : 0;  // keys 2t (bits 0-2), 2t + 1 (bits 3-5); OR over rows
+    if (!dense) {
+      // Coarse logits (plane A) and verdict bits.
+      for (int rb = 0; rb < nrb; ++rb) {
+        int32_t cc[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
+          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
         }
-        refine = refine && live;
-        vref = vref && live;
-        fl = kFlagPresent | (live ? kFlagLive : 0) | (refine ? kFlagRefine : 0) |
-             (vref ? kFlagVRefine : 0);
-        atomicAdd(&s_keys, 1);
-        if (live) atomicAdd(&s_live, 1);
-        if (refine) atomicAdd(&s_ref, 1);
-        if (vref) atomicAdd(&s_vref, 1);
-        if (!live) atomicOr(&s_any_cut, 1);
+        const int r = 8 * rb + mg;
+        if (r < G) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float sa =
+                coarse_logit(cc[j], cc[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
+            vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0) |
+                      (v8 && sa >= thr_vref[r] ? 4 : 0))
+                     << (3 * j);
+            w[r * kChunk + 8 * warp + 2 * mt + j] = sa;
+          }
+        }
       }
-      sm.flags[tid] = fl;
-      const unsigned int mask = __ballot_sync(0xffffffffu, (fl & kFlagLive) != 0);
-      if ((tid & 31) == 0) s_live_mask[tid >> 5] = mask;
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
+      vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
+      // The screen layout's key kq = 8 warp + (lane >> 2) is key 2t + j of the MMA lanes with
+      // t = lane >> 3, j = (lane >> 2) & 1.
+      const int mine = __shfl_sync(0xffffffffu, vbits, lane >> 3) >> (3 * ((lane >> 2) & 1));
+      live = (mine & 1) != 0;
+      refine = (mine & 2) != 0 && live;
+      vref = (mine & 4) != 0 && live;
     }
-    __syncthreads();
-    // Weights: live keys 2^(ell - Z) (fine logit if refined), cut keys 2^(s_A - Z).
-    for (int e = tid; e < G * kChunk; e += blockDim.x) {
-      const int g = e / kChunk, k = e % kChunk;
-      const int fl = sm.flags[k];
-      if (!(fl & kFlagPresent)) continue;
-      const float sa = sm.w[e];
-      if (fl & kFlagLive) {
-        float ell = sa;
-        if (fl & kFlagRefine) {
-          int32_t aa, ba, ab, bb;
-          const int64_t kr = rbase + k;
-          dot2_i8(sm.qa + g * D, sm.qb + g * D, c.k_a + kr * D, D, aa, ba);
-          dot2_i8(sm.qa + g * D, sm.qb + g * D, c.k_b + kr * D, D, ab, bb);
-          const float sk = bf16_bits_to_float(c.k_scale[kr]);
-          ell = fine_logit(aa, ba, ab, bb, logit_multiplier(sm.sq[g], sk, 16 + log2d));
-        }
-        const float pe = exp2_fp(sub_rn(ell, sm.z[g]));
-        sm.pe[e] = pe;
-        sm.w[e] = round_operand(pe, pf16);
+    live = live && present;
+    refine = refine && present;
+    vref = vref && present;
+    if (u == 0)
+      s_flags[kq] = present ? (kFlagPresent | (live ? kFlagLive : 0) | (refine ? kFlagRefine : 0) |
+                               (vref ? kFlagVRefine : 0))
+                            : 0;
+    {
+      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live);
+      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live);
+      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine);
+      const unsigned int bv = __ballot_sync(0xffffffffu, u == 0 && vref);
+      const unsigned int bp = __ballot_sync(0xffffffffu, u == 0 && present);
+      if (lane == 0) {
+        s_live8[warp] = static_cast<unsigned char>(pack_keys(bl));
+        s_cut8[warp] = static_cast<unsigned char>(pack_keys(bc));
+        if (__popc(bp) != 0) atomicAdd(&s_keys, __popc(bp));
+        if (__popc(bl) != 0) atomicAdd(&s_live, __popc(bl));
+        if (__popc(br) != 0) atomicAdd(&s_ref, __popc(br));
+        if (__popc(bv) != 0) atomicAdd(&s_vref, __popc(bv));
+      }
+    }
+    if (dense) {
+      if (more) {
+        stage_chunk(j0 + kChunk, st ^ 1);
+        load_planes(j0 + kChunk, ka_n, kb_n, sk_n, true);
+        cp_async_wait<1>();
       } else {
-        sm.w[e] = exp2_fp(sub_rn(sa, sm.z[g]));
+        cp_async_wait<0>();
+      }
+    } else {
+      // Gather plane B (refined keys, into registers) and the values (live keys) of this
+      // chunk, then start the next chunk's plane A.
+      const int64_t r = key_row(c, b, hk, j0) + kq;
+      if (refine) {
+        const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + r * D);
+#pragma unroll
+        for (int i = 0; i < NP; ++i) kb[i] = pb[u + 4 * i];
+      }
+      if (live) {
+        unsigned char *dst = stage + kq * vrow;
+        if (v8) {
+#pragma unroll
+          for (int i = 0; i < NP; ++i) {
+            cp_async16(dst + 16 * (u + 4 * i), c.v_a + r * D + 16 * (u + 4 * i));
+            if (vref) cp_async16(dst + D + 16 * (u + 4 * i), c.v_b + r * D + 16 * (u + 4 * i));
+          }
+        } else {
+          const unsigned char *src = static_cast<const unsigned char *>(c.v) + r * vrow;
+#pragma unroll
+          for (int i = 0; i < 2 * NP; ++i)
+            cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+        }
+      }
+      cp_async_commit();
+      if (more) load_planes(j0 + kChunk, ka_n, kb_n, sk_n, false);
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
+    // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
+    const bool any_refine = __any_sync(0xffffffffu, refine);
+    bool mlive[2], mref[2], mpres[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int bits = vbits >> (3 * j);
+      mpres[j] = 8 * warp + 2 * mt + j < nk;
+      mlive[j] = (bits & 1) != 0 && mpres[j];
+      mref[j] = (bits & 2) != 0 && mlive[j];
+    }
+    for (int rb = 0; rb < nrb; ++rb) {
+      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+      if (any_refine) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
+          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
+          mma_s8(ca, a0, ka[i].x, ka[i].y);
+          mma_s8(ca, a1, ka[i].z, ka[i].w);
+          mma_s8(cb, a0, kb[i].x, kb[i].y);
+          mma_s8(cb, a1, kb[i].z, kb[i].w);
+        }
+      }
+      const int r = 8 * rb + mg;
+      if (r < G) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (!mpres[j]) continue;
+          const int e = r * kChunk + 8 * warp + 2 * mt + j;
+          if (mlive[j]) {
+            const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                                   logit_multiplier(sq[r], skj[j], 16 + log2d))
+                                      : w[e];
+            const float pex = exp2_fp(sub_rn(ell, zr[r]));
+            pe[e] = pex;
+            w[e] = round_operand(pex, pf16);
+          } else {
+            w[e] = exp2_fp(sub_rn(w[e], zr[r]));
+          }
+        }
       }
     }
     __syncthreads();
-    // N: thread per (row, column), live keys in index order (bits of the live mask).
-    static_assert(kChunk == 64, "the live mask is two words");
-    const uint64_t live_mask = (static_cast<uint64_t>(s_live_mask[1]) << 32) | s_live_mask[0];
-    for (int e = tid; e < G * D; e += blockDim.x) {
-      const int g = e / D, d = e % D;
-      float acc = sm.ns[e];
-      for (uint64_t m = live_mask; m != 0; m &= m - 1) {
-        const int k = __ffsll(static_cast<long long>(m)) - 1;
-        const int fl = sm.flags[k];
-        const int64_t vi = (rbase + k) * D + d;
-        float v;
-        if (v8)
-          v = v8_value(c.v_a[vi], c.v_b[vi], vexp, (fl & kFlagVRefine) != 0);
-        else
-          v = load16(c.dtype, c.v, vi);
-        acc = add_rn(acc, mul_rn(sm.w[g * kChunk + k], v));
+    const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8);
+    const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8) != 0;
+    // T, T_lse and the cut mass: thread per row, keys in index order; a page's cut mass
+    // goes out when the next page starts.
+    const bool new_page = j0 > s0 && j0 % P == 0;
+    if (new_page && page_has_cut) {
+      for (int g = tid; g < G; g += blockDim.x) {
+        page_cut[n_pages * G + g] = cut[g];
+        cut[g] = 0.0f;
       }
-      sm.ns[e] = acc;
+      if (tid == 0) s_page_last[n_pages] = j0 - 1;
+      n_pages += 1;
     }
-    // T, T_lse and the page's cut mass: thread per row.
+    if (new_page) page_has_cut = false;
+    page_has_cut = page_has_cut || chunk_cut;
     for (int g = tid; g < G; g += blockDim.x) {
-      float t = sm.ts[g], tl = sm.tlse[g], cu = sm.cut[g];
+      float t = ts[g], tl = tlse[g], cu = cut[g];
       for (int k = 0; k < nk; ++k) {
-        const int fl = sm.flags[k];
-        const float w = sm.w[g * kChunk + k];
-        if (fl & kFlagLive) {
-          t = add_rn(t, w);
-          tl = add_rn(tl, sm.pe[g * kChunk + k]);
+        const float wv = w[g * kChunk + k];
+        if (s_flags[k] & kFlagLive) {
+          t = add_rn(t, wv);
+          tl = add_rn(tl, pe[g * kChunk + k]);
         } else {
-          cu = add_rn(cu, w);
+          cu = add_rn(cu, wv);
         }
       }
-      sm.ts[g] = t;
-      sm.tlse[g] = tl;
-      sm.cut[g] = cu;
+      ts[g] = t;
+      tlse[g] = tl;
+      cut[g] = cu;
+    }
+    // N: thread per (R rows, 4 columns), live keys in index order (the value is converted
+    // once for the R rows: half the shared reads and conversions at R = 2).
+    const unsigned char *stg = stage + st * 64 * vrow;
+    const PvArgs pa{ns, w, stg, s_flags, live_mask, nk, D, static_cast<int>(vrow), v8, vexp, pf16};
+    if (G % 2 == 0) {
+      for (int e = tid; e < (G / 2) * (D / 4); e += blockDim.x) {
+        if (dense)
+          pv_rows<2, true>(pa, 2 * (e / (D / 4)), e % (D / 4));
+        else
+          pv_rows<2, false>(pa, 2 * (e / (D / 4)), e % (D / 4));
+      }
+    } else {
+      for (int e = tid; e < G * (D / 4); e += blockDim.x) {
+        if (dense)
+          pv_rows<1, true>(pa, e / (D / 4), e % (D / 4));
+        else
+          pv_rows<1, false>(pa, e / (D / 4), e % (D / 4));
+      }
+    }
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        ka[i] = ka_n[i];
+        kb[i] = kb_n[i];
+      }
+      sk = sk_n;
     }
     __syncthreads();
   }
-  flush(s1 - 1);
+  if (page_has_cut) {
+    for (int g = tid; g < G; g += blockDim.x) page_cut[n_pages * G + g] = cut[g];
+    if (tid == 0) s_page_last[n_pages] = s1 - 1;
+    n_pages += 1;
+  }
+  __syncthreads();
+  // The split's partial: N + sum over its cut pages (in order) of mass x the page's mean V.
   for (int e = tid; e < G * D; e += blockDim.x) {
     const int g = e / D, d = e % D;
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(sm.ns[e], sm.cutn[e]);
+    float cn = 0.0f;
+    for (int i = 0; i < n_pages; ++i) {
+      const int32_t last = s_page_last[i];
+      const int32_t count = min(P, L - (last - last % P));
+      const float mean =
+          div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
+      cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
+    }
+    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(ns[e], cn);
   }
   for (int g = tid; g < G; g += blockDim.x) {
-    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(sm.ts[g], sm.cutt[g]);
-    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(sm.tlse[g], sm.cutt[g]);
+    float ct = 0.0f;
+    for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
+    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
+    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
   }
   if (tid == 0) {
     const int64_t vbytes = v8 ? D : 2 * D;
     const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
                           static_cast<int64_t>(s_live) * vbytes + static_cast<int64_t>(s_ref) * D +
-                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(s_flush) * 4 * D;
+                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
     if (pass == 0) {
       unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
       stat_add(gc + 0, s_keys);
@@ -689,6 +1050,7 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0) s_nbad = 0;
   for (int g = tid; g < G; g += blockDim.x) {
     float t = 0.0f, tl = 0.0f;
+#pragma unroll 8
     for (int s = 0; s < nsplit; ++s) {
       t = add_rn(t, ws.part_t[(row0 + g) * S + s]);
       tl = add_rn(tl, ws.part_tl[(row0 + g) * S + s]);
@@ -698,12 +1060,29 @@ __global__ void __launch_bounds__(kThreads)
     s_bad[g] = !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16));
   }
   __syncthreads();
-  for (int e = tid; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
-    float n = 0.0f;
-    for (int s = 0; s < nsplit; ++s) n = add_rn(n, ws.part_n[((row0 + g) * S + s) * D + d]);
-    ws.part_n[((row0 + g) * S) * D + d] = n;  // split 0's slot keeps the sum
-    if (!isfinite(n)) atomicOr(&s_bad[g], 1);
+  // Four (row, column) sums per thread side by side, splits unrolled: many loads in flight.
+  for (int e0 = tid; e0 < G * D; e0 += 4 * blockDim.x) {
+    float n[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t base[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = min(e0 + i * static_cast<int>(blockDim.x), G * D - 1);
+      base[i] = ((row0 + e / D) * S) * D + e % D;
+    }
+#pragma unroll 4
+    for (int s = 0; s < nsplit; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        n[i] = add_rn(n[i], ws.part_n[base[i] + static_cast<int64_t>(s) * D]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = e0 + i * static_cast<int>(blockDim.x);
+      if (e < G * D) {
+        ws.part_n[base[i]] = n[i];  // split 0's slot keeps the sum
+        if (!isfinite(n[i])) atomicOr(&s_bad[e / D], 1);
+      }
+    }
   }
   __syncthreads();
   if (pass == 0) {
@@ -860,18 +1239,25 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   }
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
-  decode_front_kernel<<<dim3(c.n_kv_heads, c.batch), kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
-                                                                            ws, stats);
+  const dim3 group_grid(c.n_kv_heads, c.batch);
+  if (c.head_dim == 64)
+    decode_front_kernel<2><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+  else if (c.head_dim == 128)
+    decode_front_kernel<4><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+  else
+    decode_front_kernel<8><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
+  auto split = c.head_dim == 64    ? decode_split_kernel<1>
+               : c.head_dim == 128 ? decode_split_kernel<2>
+                                   : decode_split_kernel<4>;
   if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(decode_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem)),
           "cudaFuncSetAttribute(decode_split_kernel)");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
-  const dim3 group_grid(c.n_kv_heads, c.batch);
   for (int pass = 0; pass < 2; ++pass) {
-    decode_split_kernel<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
+    split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
     check(cudaGetLastError(), "decode_split_kernel launch");
     decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
     check(cudaGetLastError(), "decode_combine_kernel launch");

@@ -5,6 +5,7 @@
 // libm or MUFU, so host and device produce the same bits.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/float_bits.h"
@@ -38,6 +39,16 @@ FOLD_HD float div_rn(float a, float b) {
   return __fdiv_rn(a, b);
 #else
   return a / b;
+#endif
+}
+
+// a * b + c with one rounding (IEEE fusedMultiplyAdd: std::fmaf is correctly rounded on
+// every host, __fmaf_rn on the device). The value product uses it: N += pw * v.
+FOLD_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
 #endif
 }
 

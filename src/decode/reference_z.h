@@ -18,7 +18,11 @@
 // Weights: exact slots 1. Stratum samples stand for m / 128 keys each, except the
 // kZTopUnweighted largest (by value, then lower slot), which count once: a sample that hits a
 // heavy key must not be multiplied by the stride or Z overshoots. The other 124 carry
-// (m - 4) / 124 each (their strata also cover the top samples' neighbours).
+// (m - 4) / 124 each (their strata also cover the top samples' neighbours). The rank of a
+// stratum sample is taken among the unweighted values 2^(s - M) of all stratum samples (so
+// every rank is independent: a warp computes them in parallel).
+// Heavy-list entries outside [1, newest_lo) (negative, or >= L: only a hand-made cache has
+// those) never enter the sample.
 // Sum: with M = the largest sample logit, slot values w * 2^(s - M) padded with zeros to 256
 // slots, summed by the halving tree (x[i] += x[i + h] for h = 128, 64, ..., 1), which a warp
 // of shuffles reproduces exactly. Z = M + log2(sum) (sum >= 1: the max slot weighs 1).
@@ -81,6 +85,66 @@ FOLD_HD void plan_reference_sample(int32_t L, ZSample &z, const int32_t *heavy =
                             static_cast<float>(kZStrata - kZTopUnweighted));
 }
 
+// The shape of the sample (everything but the middle keys' slots), so that a kernel can
+// place every slot in parallel: slot 0 key 0, slots [1, 1 + n_newest) the newest keys,
+// then the heavy middle keys (heavy_mid, list order), then from first_middle either every
+// non-heavy middle key ascending (m <= kZStrata) or the kZStrata stratum samples.
+struct ZSampleShape {
+  int32_t newest_lo = 1, m = 0;
+  int n_newest = 0, n_heavy = 0, first_middle = 0, n = 0;
+  int32_t heavy_mid[kHeavyKeys];
+};
+
+FOLD_HD void plan_sample_shape(int32_t L, const int32_t *heavy, ZSampleShape &s) {
+  s.newest_lo = L - kZNewest > 1 ? L - kZNewest : 1;
+  s.n_newest = L - s.newest_lo;
+  s.n_heavy = 0;
+  if (heavy != nullptr)
+    for (int i = 0; i < kHeavyKeys; ++i)
+      if (heavy[i] >= 1 && heavy[i] < s.newest_lo) s.heavy_mid[s.n_heavy++] = heavy[i];
+  s.m = s.newest_lo - 1;
+  s.first_middle = 1 + s.n_newest + s.n_heavy;
+  if (s.m <= kZStrata) {
+    // Distinct heavy keys among the middle ones are skipped.
+    int distinct = 0;
+    for (int i = 0; i < s.n_heavy; ++i) {
+      bool seen = false;
+      for (int e = 0; e < i; ++e) seen = seen || s.heavy_mid[e] == s.heavy_mid[i];
+      distinct += seen ? 0 : 1;
+    }
+    s.n = s.first_middle + s.m - distinct;
+  } else {
+    s.n = s.first_middle + kZStrata;
+  }
+}
+
+// m <= kZStrata: the slot of middle key j in [1, newest_lo), or -1 if j is heavy.
+FOLD_HD int sample_exact_middle_slot(const ZSampleShape &s, const int32_t *heavy, int32_t j) {
+  if (is_heavy(heavy, j)) return -1;
+  int below = 0;  // distinct heavy middle keys < j
+  for (int i = 0; i < s.n_heavy; ++i) {
+    bool seen = false;
+    for (int e = 0; e < i; ++e) seen = seen || s.heavy_mid[e] == s.heavy_mid[i];
+    below += (!seen && s.heavy_mid[i] < j) ? 1 : 0;
+  }
+  return s.first_middle + (j - 1) - below;
+}
+
+// m > kZStrata: the key of stratum sample i.
+FOLD_HD int32_t sample_stratum_key(const ZSampleShape &s, const int32_t *heavy, int i) {
+  int32_t j = 1 + static_cast<int32_t>((static_cast<int64_t>(2 * i + 1) * s.m) / (2 * kZStrata));
+  while (is_heavy(heavy, j) && j + 1 < s.newest_lo) ++j;
+  return j;
+}
+
+// The rank of stratum slot i among slots [first, n) of x: values above it, or equal at a
+// lower slot.
+FOLD_HD int stratum_rank(const float *x, int first, int n, int i) {
+  int above = 0;
+  for (int j = first; j < n; ++j) above += (x[j] > x[i] || (x[j] == x[i] && j < i)) ? 1 : 0;
+  return above;
+}
+
 // Z from the fine logits s[slot] of the plan's keys (n >= 1).
 FOLD_HD float reference_z(const ZSample &z, const float *s) {
   float m = s[0];
@@ -88,13 +152,13 @@ FOLD_HD float reference_z(const ZSample &z, const float *s) {
   float x[kZSlots];
   for (int i = 0; i < kZSlots; ++i) x[i] = i < z.n ? exp2_fp(sub_rn(s[i], m)) : 0.0f;
   if (z.first_stratum < z.n) {
-    // Top kZTopUnweighted samples keep weight 1; rank by value, ties to the lower slot.
-    for (int i = z.first_stratum; i < z.n; ++i) {
-      int above = 0;
-      for (int j = z.first_stratum; j < z.n; ++j)
-        above += (x[j] > x[i] || (x[j] == x[i] && j < i)) ? 1 : 0;
-      if (above >= kZTopUnweighted) x[i] = mul_rn(x[i], z.stratum_weight);
-    }
+    // Top kZTopUnweighted samples keep weight 1; rank by value, ties to the lower slot,
+    // among the unweighted values (every rank is decided before any weight is applied).
+    bool weighted[kZSlots];
+    for (int i = z.first_stratum; i < z.n; ++i)
+      weighted[i] = stratum_rank(x, z.first_stratum, z.n, i) >= kZTopUnweighted;
+    for (int i = z.first_stratum; i < z.n; ++i)
+      if (weighted[i]) x[i] = mul_rn(x[i], z.stratum_weight);
   }
   for (int h = kZSlots / 2; h >= 1; h /= 2)
     for (int i = 0; i < h; ++i) x[i] = add_rn(x[i], x[i + h]);

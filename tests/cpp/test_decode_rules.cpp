@@ -233,6 +233,61 @@ TEST(ReferenceZ, HeavyKeysAreScoredOnceAndExactly) {
   for (int j = 0; j < 150; ++j) EXPECT_EQ(once[j], 1) << j;
 }
 
+TEST(ReferenceZ, ParallelPlacementEqualsTheSerialPlan) {
+  // The CUDA front places every slot independently (plan_sample_shape, then one thread per
+  // middle key or stratum); it must build the serial plan exactly.
+  std::mt19937 rng(5);
+  for (int32_t L : {1, 2, 50, 63, 64, 65, 100, 150, 192, 193, 194, 300, 1000, 4097, 32768}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      int32_t heavy[kHeavyKeys];
+      for (int i = 0; i < kHeavyKeys; ++i) {
+        const int kind = static_cast<int>(rng() % 6);
+        heavy[i] = kind == 0            ? -1
+                   : kind == 1          ? L + static_cast<int32_t>(rng() % 5)  // hand-made: >= L
+                   : kind == 2 && i > 0 ? heavy[i - 1]                         // duplicate
+                                        : static_cast<int32_t>(rng() % static_cast<uint32_t>(L));
+      }
+      const int32_t *h = trial == 0 ? nullptr : heavy;
+      ZSample ref;
+      plan_reference_sample(L, ref, h);
+      ZSampleShape s;
+      plan_sample_shape(L, h, s);
+      ASSERT_EQ(s.n, ref.n) << L;
+      std::vector<int32_t> key(ref.n, -2);
+      key[0] = 0;
+      for (int i = 0; i < s.n_newest; ++i) key[1 + i] = s.newest_lo + i;
+      for (int i = 0; i < s.n_heavy; ++i) key[1 + s.n_newest + i] = s.heavy_mid[i];
+      if (s.m <= kZStrata) {
+        ASSERT_EQ(ref.first_stratum, ref.n);
+        for (int32_t j = 1; j < s.newest_lo; ++j) {
+          const int slot = sample_exact_middle_slot(s, h, j);
+          if (slot >= 0) key[slot] = j;
+        }
+      } else {
+        ASSERT_EQ(ref.first_stratum, s.first_middle);
+        for (int i = 0; i < kZStrata; ++i) key[s.first_middle + i] = sample_stratum_key(s, h, i);
+      }
+      for (int i = 0; i < ref.n; ++i) ASSERT_EQ(key[i], ref.key[i]) << L << " slot " << i;
+    }
+  }
+}
+
+TEST(ReferenceZ, RanksUseTheUnweightedValues) {
+  // The top four stratum samples by their unweighted values keep weight 1. The first
+  // stratum slot (0.9) is weighted; that must not push it above the four 1.0 samples that
+  // follow it (the sequential v0 rule did: it ranked later slots against weighted ones).
+  ZSample z;
+  plan_reference_sample(10000, z);
+  std::vector<float> s(z.n, -60.0f);
+  s[0] = 0.0f;
+  const int f = z.first_stratum;
+  s[f] = std::log2(0.9f);
+  for (int i = 1; i <= 4; ++i) s[f + 10 * i] = 0.0f;
+  s[f + 60] = std::log2(0.95f);
+  const double w = (10000 - 64 - 4) / 124.0;
+  EXPECT_NEAR(reference_z(z, s.data()), std::log2(1 + 4 + w * (0.9 + 0.95)), 1e-5);
+}
+
 TEST(ReferenceZ, EstimatesTheLse) {
   // Flat logits: Z equals log2(L) + s within a small fraction of a binade.
   ZSample z;

@@ -353,6 +353,38 @@ TEST(DecodeStep, HeavyKeysTrackTheLargestScales) {
   }
 }
 
+TEST(DecodeStep, HeavyEntriesOutsideTheLengthAreIgnored) {
+  // A hand-made cache may hold heavy-list entries >= the request's length (a stale page, or
+  // past the page table): the decode ignores them and an append treats them as empty.
+  const int L = 900, H = 4, Hk = 1, D = 64;
+  const Data x = make_data(L + 1, H, Hk, D, 71);
+  Cache clean(1, Hk, D, 1024), bad(1, Hk, D, 1024);
+  clean.fill(0, x.k, x.v, L);
+  bad.fill(0, x.k, x.v, L);
+  for (int e = 5; e < FOLD_DECODE_HEAVY_KEYS; ++e) clean.heavy[e] = -1;
+  bad.heavy = clean.heavy;
+  bad.heavy[5] = L;        // the next key's slot: not written yet
+  bad.heavy[6] = 1 << 30;  // beyond the page table
+  bad.heavy[7] = -7;
+  const Step a = run(clean, H, {x.q}, 12.0f);
+  const Step b = run(bad, H, {x.q}, 12.0f);
+  ASSERT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+  ASSERT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4), 0);
+  // An append drops them (as empty entries) and reads no key at or past the length.
+  std::vector<bf16_t> kh(Hk * D), vh(Hk * D);
+  for (int i = 0; i < Hk * D; ++i) {
+    kh[i] = fold::bf16_from_float(x.k[static_cast<size_t>(L) * Hk * D + i]);
+    vh[i] = fold::bf16_from_float(x.v[static_cast<size_t>(L) * Hk * D + i]);
+  }
+  for (Cache *c : {&clean, &bad}) {
+    fold_kvcache_t desc = c->desc();
+    ASSERT_EQ(fold_kvcache_append_cpu(&desc, 0, 1, fold_tensor_t{kh.data(), 0, Hk * D, D},
+                                      fold_tensor_t{vh.data(), 0, Hk * D, D}),
+              FOLD_OK);
+  }
+  EXPECT_EQ(bad.heavy, clean.heavy);
+}
+
 TEST(DecodeStep, SplitsAddUp) {
   // Any split size gives the same result up to fp32 summation order.
   const int L = 1000, H = 4, Hk = 1, D = 64;
