@@ -232,12 +232,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
             const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
             wgmma_ss<0, 0>(WgmmaN<64>{}, Tag{}, s, k_desc_a + off_k, q_desc + off_q, ks > 0);
+          }
+          wgmma_commit();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
             wgmma_ss<0, 0>(WgmmaN<64>{}, Tag{}, dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
           }
           wgmma_commit();
-          wgmma_wait<0>();  // (also retires the previous sub-block's step 3)
+          // S^T has landed (and the previous sub-block's step 3); dP^T's group may still run
+          // while P is computed.
+          wgmma_wait<1>();
           fence_operands(s);
-          fence_operands(dp);
         }
 
         // ---- 2. P^T and dS^T 2^t in place (s <- P, dp <- dS), masked where needed. Element
@@ -251,27 +258,37 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int diag = static_cast<int>(q0 - k0);        // causal: key_rel - row_rel <= diag
           const auto finish = [&](auto masked) {
             constexpr bool kMasked = decltype(masked)::value;
+            const auto valid = [&](int j, int i, int e) {
+              if constexpr (!kMasked) return true;
+              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
+              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+            };
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-              const int row2 = r0 + 8 * j + 2 * tq;
-              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + row2);
-              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + row2);
+              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
 #pragma unroll
               for (int i = 0; i < 2; ++i)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   const int idx = 4 * j + 2 * i + e;
-                  bool ok = true;
-                  if constexpr (kMasked) {
-                    const int key = key_l + 8 * i, row = row2 + e;
-                    ok = key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
-                  }
                   const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-                  const float dlv = e ? dl.y : dl.x;
                   // Clamped to 1 as in the CPU reference (grid_scale.h rests on P <= 1).
-                  const float pij = ok ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
-                  dp[idx] = ok ? pij * (dp[idx] - dlv) * ds_scale : 0.0f;
-                  s[idx] = pij;
+                  s[idx] =
+                      valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
+                }
+            }
+            wgmma_wait<0>();  // dP^T
+            fence_operands(dp);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float dlv = e ? dl.y : dl.x;
+                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
                 }
             }
           };
