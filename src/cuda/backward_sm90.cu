@@ -22,7 +22,7 @@
 //      the order in which CTAs arrive cannot change a bit.
 // Q, dO, lse and Delta of the next pair load with cp.async (zero-filled past the request's
 // end) into a second stage while the current pair computes.
-// Shared tiles use the 128-byte swizzle of wgmma (hopper/bwd_sm90_ext.cuh): one copy of K
+// Shared tiles use the 128-byte swizzle of wgmma (hopper/wgmma.cuh): one copy of K
 // serves as K-major A of step 1 and MN-major B of step 4; Q and dO likewise for steps 1 / 3.
 // Nothing depends on the batch, the other requests or the request's offset: tiles start at
 // the request's first token, every order is fixed, rows/keys past its end contribute zero.
@@ -40,7 +40,8 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
-#include "cuda/hopper/bwd_sm90_ext.cuh"
+#include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
 #include "cuda/tile_mma.cuh"
 
@@ -48,7 +49,7 @@ namespace fold::cuda {
 
 namespace {
 
-using namespace sm90;
+namespace hp = hopper;
 using tile::cp_async16;
 using tile::cp_async_commit;
 using tile::cp_async_wait_all;
@@ -89,6 +90,12 @@ struct Sm90Cfg {
   static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0, "swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
+
+// 4-byte cp.async with zero fill (lse, Delta rows).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
 
 // Rows [row0, row0 + ROWS) of head `head` of request b into a swizzled [blocks][ROWS][64]
 // tile at `base` (zeros past the request's end), with all threads of the block.
@@ -131,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
                          const fold_tensor_t dk, const fold_tensor_t dv) {
   using Cfg = Sm90Cfg<D>;
+  using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start at 1024-byte aligned shared addresses.
@@ -138,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
   unsigned char *const smem = smem_raw + (base - raw_addr);
   const uint32_t k_addr = base + Cfg::kOffK, v_addr = base + Cfg::kOffV;
-  const uint32_t ds_addr = base + Cfg::kOffDs, stage_addr = base + Cfg::kOffStage;
+  const uint32_t ds_addr = base + Cfg::kOffDs;
   int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
 
   const int b = blockIdx.z;
@@ -172,15 +180,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
 
   // Descriptors that do not change over the pairs (k16 steps add (bytes >> 4) to them).
-  const uint64_t k_desc_a = smem_desc(k_addr + wg * 64 * 128, 16, 1024);  // K-major A
-  const uint64_t v_desc_a = smem_desc(v_addr + wg * 64 * 128, 16, 1024);
+  const uint64_t k_desc_a = hp::desc_k_major_sw128(k_addr + wg * 64 * 128);  // K-major A
+  const uint64_t v_desc_a = hp::desc_k_major_sw128(v_addr + wg * 64 * 128);
   uint64_t dq_desc_a, dq_desc_b;  // dS (MN-major A), K (MN-major B)
   if constexpr (kBm == 128) {
-    dq_desc_a = smem_desc(ds_addr + wg * kBn * 128, kBn * 128, 1024);
-    dq_desc_b = smem_desc(k_addr, kBn * 128, 1024);
+    dq_desc_a = hp::desc_mn_major_sw128(ds_addr + wg * kBn * 128, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr, kBn * 128);
   } else {
-    dq_desc_a = smem_desc(ds_addr, kBn * 128, 1024);
-    dq_desc_b = smem_desc(k_addr + wg * kBn * 128, kBn * 128, 1024);
+    dq_desc_a = hp::desc_mn_major_sw128(ds_addr, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr + wg * kBn * 128, kBn * 128);
   }
   const int dq_row0 = kBm == 128 ? 64 * wg : 0;
   const int dq_col0 = kBm == 128 ? 0 : 64 * wg;
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
       // the other stage, the wgmma reads of both).
       cp_async_wait_all();
-      fence_proxy_async();
+      hp::fence_proxy_async();
       __syncthreads();
       {
         int next_h = h;
@@ -224,27 +232,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         // ---- 1. S^T = K_w Q^T, dP^T = V_w dO^T: [64 keys x 64 rows] per warpgroup.
         float s[32], dp[32];
         {
-          const uint64_t q_desc = smem_desc(q_addr + r0 * 128, 16, 1024);
-          const uint64_t do_desc = smem_desc(do_addr + r0 * 128, 16, 1024);
-          wgmma_fence();
+          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
+          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
+          hp::fence();
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks) {
             const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
             const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            wgmma_ss<0, 0>(WgmmaN<64>{}, Tag{}, s, k_desc_a + off_k, q_desc + off_q, ks > 0);
+            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
           }
-          wgmma_commit();
+          hp::commit();
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks) {
             const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
             const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            wgmma_ss<0, 0>(WgmmaN<64>{}, Tag{}, dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
+            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
           }
-          wgmma_commit();
+          hp::commit();
           // S^T has landed (and the previous sub-block's step 3); dP^T's group may still run
           // while P is computed.
-          wgmma_wait<1>();
-          fence_operands(s);
+          hp::wait<1>();
+          hp::fence_operands(s);
         }
 
         // ---- 2. P^T and dS^T 2^t in place (s <- P, dp <- dS), masked where needed. Element
@@ -277,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                       valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
                 }
             }
-            wgmma_wait<0>();  // dP^T
-            fence_operands(dp);
+            hp::wait<0>();  // dP^T
+            hp::fence_operands(dp);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
               const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
@@ -320,36 +328,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
         // apart; the k16 step kk of the sub-block starts at row r0 + 16 kk).
         {
-          const uint64_t do_desc = smem_desc(do_addr + r0 * 128, kBm * 128, 1024);
-          const uint64_t q_desc = smem_desc(q_addr + r0 * 128, kBm * 128, 1024);
-          wgmma_fence();
+          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
+          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
+          hp::fence();
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
-            wgmma_rs<1>(WgmmaN<D>{}, Tag{}, dv_acc, pf[kk], do_desc + kk * 128, 1);
-            wgmma_rs<1>(WgmmaN<D>{}, Tag{}, dk_acc, df[kk], q_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
           }
-          wgmma_commit();
+          hp::commit();
         }
       }
-      fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
+      hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
       // The previous pair's bulk reduce has read the staging tile; both halves of dS^T are in.
-      if (tid < kBm) bulk_wait_read_all();
+      if (tid < kBm) hp::bulk_wait_read<0>();
       __syncthreads();
 
       // ---- 4. dQ partial = dS K over the block's 128 keys; 5. onto the integer grid.
       const auto dq_pass = [&](auto n_tag) {
         constexpr int kN = decltype(n_tag)::value;
         float acc[kN / 2];
-        wgmma_fence();
+        hp::fence();
 #pragma unroll
         for (int ks = 0; ks < kBn / 16; ++ks)
-          wgmma_ss<1, 1>(WgmmaN<kN>{}, Tag{}, acc, dq_desc_a + ks * 128, dq_desc_b + ks * 128,
-                         ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();  // (also retires step 3)
-        fence_operands(acc);
-        fence_operands(dv_acc);
-        fence_operands(dk_acc);
+          hp::wgmma_ss<kN, T, 1, 1>(acc, dq_desc_a + ks * 128, dq_desc_b + ks * 128, ks > 0);
+        hp::commit();
+        hp::wait<0>();  // (also retires step 3)
+        hp::fence_operands(acc);
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
@@ -365,19 +372,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
       else
         dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
-      fence_proxy_async();
+      hp::fence_proxy_async();
       __syncthreads();
       if (tid < kBm && q0 + tid < r.len) {
         int32_t *dst = dq_grid + ((r.first + q0 + tid) * p.n_heads + h) * D;
-        bulk_reduce_add_s32(dst, stage_addr + tid * Cfg::kStageLd * 4, D * 4);
-        bulk_commit();
+        hp::bulk_reduce_add_s32(dst, staging + tid * Cfg::kStageLd, D * 4);
+        hp::bulk_commit();
       }
     }
   }
-  if (tid < kBm) bulk_wait_all();
+  if (tid < kBm) hp::bulk_wait<0>();
 
   // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
-  using T = typename Tag::T;
   const float nan = __int_as_float(0x7fffffff);
   const float dk_unscale = exp2i(-gs.t);
 #pragma unroll
