@@ -225,7 +225,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Steps 1-3 run per sub-block of 64 query rows (kBm / 64 of them): fewer live
       // registers for kBm = 128, and the dV/dK wgmmas of one sub-block overlap the next's
-      // S/dP wgmmas.
+      // S/dP wgmmas. (Issuing dV's wgmmas before dS is computed would overlap more, but keeps
+      // P's fp32 and 16-bit copies live together: ptxas then serialises the wgmmas at
+      // D = 128 and spills at D = 64 and 96.)
 #pragma unroll 1
       for (int sub = 0; sub < kBm / 64; ++sub) {
         const int r0 = 64 * sub;  // first row (tile-relative) of the sub-block
