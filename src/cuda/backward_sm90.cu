@@ -196,14 +196,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This thread's key rows (tile-relative) in the accumulators: key_l and key_l + 8.
   const int key_l = 64 * wg + 16 * warp + g;
 
+  // Step 5's bulk reduce of a pair is issued after the next pair's first barrier (or after
+  // the loop, for the last pair): one barrier per pair serves both.
+  const auto push_dq = [&](int h, int64_t q0) {
+    if (tid < kBm && q0 + tid < r.len) {
+      int32_t *dst = dq_grid + ((r.first + q0 + tid) * p.n_heads + h) * D;
+      hp::bulk_reduce_add_s32(dst, staging + tid * Cfg::kStageLd, D * 4);
+      hp::bulk_commit();
+    }
+  };
   int stage = 0;
+  int prev_h = -1;  // the pair whose dQ partial waits in the staging tile (none yet)
+  int64_t prev_q0 = 0;
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
-      // the other stage, the wgmma reads of both).
+      // the other stage, the wgmma reads of both) and its dQ partial is in the staging tile.
       cp_async_wait_all();
       hp::fence_proxy_async();
       __syncthreads();
+      if (prev_h >= 0) push_dq(prev_h, prev_q0);
+      prev_h = h;
+      prev_q0 = q0;
       {
         int next_h = h;
         int64_t next_q0 = q0 + kBm;
@@ -342,7 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
-      // The previous pair's bulk reduce has read the staging tile; both halves of dS^T are in.
+      // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
+      // staging tile; both halves of dS^T are in.
       if (tid < kBm) hp::bulk_wait_read<0>();
       __syncthreads();
 
@@ -374,15 +389,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
       else
         dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
-      hp::fence_proxy_async();
-      __syncthreads();
-      if (tid < kBm && q0 + tid < r.len) {
-        int32_t *dst = dq_grid + ((r.first + q0 + tid) * p.n_heads + h) * D;
-        hp::bulk_reduce_add_s32(dst, staging + tid * Cfg::kStageLd, D * 4);
-        hp::bulk_commit();
-      }
+      hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
     }
   }
+  __syncthreads();
+  push_dq(prev_h, prev_q0);
   if (tid < kBm) hp::bulk_wait<0>();
 
   // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
