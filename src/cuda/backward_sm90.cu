@@ -149,10 +149,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ds_addr = base + Cfg::kOffDs;
   int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
 
-  const int b = blockIdx.z;
-  const int hk = blockIdx.y;
+  // grid (n_kv_heads * batch, key blocks): the block scheduler dispatches x fastest, so all
+  // CTAs of key block 0 (the longest with causal masking) start first, then block 1, ...:
+  // longest-first, which shortens the tail. Scheduling order cannot change any bit.
+  const int b = static_cast<int>(blockIdx.x) / p.n_kv_heads;
+  const int hk = static_cast<int>(blockIdx.x) % p.n_kv_heads;
   const Request r = request_of(p, b);
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kBn;
   if (k0 >= r.len) return;
   const int group = p.n_heads / p.n_kv_heads;
   const GridScale gs =
@@ -440,7 +443,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
         "cudaFuncSetAttribute(backward_sm90)");
     configured.fetch_or(bit);
   }
-  const dim3 grid((p.seqlen + Cfg::kBn - 1) / Cfg::kBn, p.n_kv_heads, p.batch);
+  const dim3 grid(p.n_kv_heads * p.batch, (p.seqlen + Cfg::kBn - 1) / Cfg::kBn, 1);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds, dq_grid,
                                                       dk, dv);
   check(cudaGetLastError(), "backward_sm90_kernel launch");
@@ -451,6 +454,11 @@ bool launch_sm90_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
                      fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
                      const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
                      cudaStream_t stream) {
+  // Key blocks go on grid.y (at most 65535), (KV head, request) on grid.x (< 2^31); beyond
+  // that, v0's kernel runs.
+  if ((static_cast<int64_t>(p.seqlen) + 127) / 128 > 65535 ||
+      static_cast<int64_t>(p.n_kv_heads) * p.batch > 0x7fffffff)
+    return false;
   switch (p.head_dim) {
     case 64:
       launch_sm90<64, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
