@@ -105,15 +105,33 @@ __device__ __forceinline__ void load_tile_sw(uint32_t base, const fold_attn_prob
                                              int64_t row0, int head) {
   constexpr int kChunks = D / 8;
   const char *data = static_cast<const char *>(t.data);
-  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kThreads) {
-    const int row = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool valid = row0 + row < r.len;
-    const char *src =
-        valid ? data + (element_offset(p, t, b, r, row0 + row, head) + c * 8) * 2 : data;
-    const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row * 128 +
-                                                      (((c & 7) ^ (row & 7)) << 4));
-    cp_async16(dst, src, valid);
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
+                ROWS % (kThreads / kChunks) == 0) {
+    // Every thread keeps one chunk column c and takes rows row_t + kStep * it: the source
+    // advances by kStep tokens, the destination by kStep rows (the swizzle phase row % 8 is
+    // the same for all of them), so the address arithmetic is done once.
+    constexpr int kStep = kThreads / kChunks;
+    const int c = threadIdx.x % kChunks, row_t = threadIdx.x / kChunks;
+    const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row_t * 128 +
+                                                      (((c & 7) ^ (row_t & 7)) << 4));
+    const int64_t src = element_offset(p, t, b, r, row0 + row_t, head) + c * 8;  // elements
+#pragma unroll
+    for (int it = 0; it < ROWS / kStep; ++it) {
+      const bool valid = row0 + row_t + it * kStep < r.len;
+      const char *ptr = valid ? data + (src + it * kStep * t.token_stride) * 2 : data;
+      tile::cp_async16(dst + it * kStep * 128, ptr, valid);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kThreads) {
+      const int row = idx / kChunks;
+      const int c = idx % kChunks;
+      const bool valid = row0 + row < r.len;
+      const char *src =
+          valid ? data + (element_offset(p, t, b, r, row0 + row, head) + c * 8) * 2 : data;
+      const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row * 128 +
+                                                        (((c & 7) ^ (row & 7)) << 4));
+      cp_async16(dst, src, valid);
+    }
   }
 }
 
