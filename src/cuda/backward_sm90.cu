@@ -77,7 +77,8 @@ struct Sm90Cfg {
   static constexpr int kOffDs = kOffQdo + 4 * kQBytes;
   static constexpr int kOffStage = kOffDs + kDsBytes;
   static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
-  static constexpr int kBytes = kOffLse + 4 * kBm * 4;
+  static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
+  static constexpr int kBytes = kOffPin + 4 * 256 * 16;
   static constexpr int kSmemBytes = kBytes + 1024;  // slack to align the base to 1024
   // dQ split over the two warpgroups.
   static constexpr int kDqN0 = kBm == 128 ? D : 64;
@@ -321,6 +322,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                   s[idx] =
                       valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
                 }
+            }
+            {
+              // ptxas otherwise sinks most of the P work past the wait below (it does not
+              // model the wait's latency). Shared-memory stores of the packed P are not moved
+              // across the wait, so P is finished in front of it and overlaps dP^T's wgmmas.
+              // (The copy itself is never read.)
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const uint4 v = make_uint4(pack2(s[8 * k], s[8 * k + 1], Tag{}),
+                                           pack2(s[8 * k + 2], s[8 * k + 3], Tag{}),
+                                           pack2(s[8 * k + 4], s[8 * k + 5], Tag{}),
+                                           pack2(s[8 * k + 6], s[8 * k + 7], Tag{}));
+                *reinterpret_cast<uint4 *>(smem + Cfg::kOffPin + (k * 256 + tid) * 16) = v;
+              }
             }
             hp::wait<0>();  // dP^T
             hp::fence_operands(dp);
