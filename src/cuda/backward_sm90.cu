@@ -30,6 +30,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -155,7 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const fold_tensor_t v, const fold_tensor_t dout,
                          const float *__restrict__ lse, const float *__restrict__ delta,
                          const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
-                         const fold_tensor_t dk, const fold_tensor_t dv) {
+                         const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
+                         uint32_t kb0) {
   using Cfg = Sm90Cfg<D>;
   using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
@@ -168,13 +170,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ds_addr = base + Cfg::kOffDs;
   int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
 
-  // grid (n_kv_heads * batch, key blocks): the block scheduler dispatches x fastest, so all
-  // CTAs of key block 0 (the longest with causal masking) start first, then block 1, ...:
-  // longest-first, which shortens the tail. Scheduling order cannot change any bit.
-  const int b = static_cast<int>(blockIdx.x) / p.n_kv_heads;
-  const int hk = static_cast<int>(blockIdx.x) % p.n_kv_heads;
+  // grid (KV head + n_kv_heads * request, key block), offset by (hb0, kb0) when the host
+  // splits a very large batch over several launches of this same kernel (launch_sm90). The
+  // block scheduler dispatches x fastest, so every CTA of key block 0 (the longest under
+  // causal masking) starts first, then block 1, ...: longest-first, a shorter tail. Neither
+  // the order nor the split changes a bit.
+  const uint32_t hb = hb0 + blockIdx.x;
+  const int b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
+  const int hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
   const Request r = request_of(p, b);
-  const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kBn;
+  const int64_t k0 = static_cast<int64_t>(kb0 + blockIdx.y) * kBn;
   if (k0 >= r.len) return;
   const int group = p.n_heads / p.n_kv_heads;
   const GridScale gs =
@@ -476,10 +481,20 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
         "cudaFuncSetAttribute(backward_sm90)");
     configured.fetch_or(bit);
   }
-  const dim3 grid(p.n_kv_heads * p.batch, (p.seqlen + Cfg::kBn - 1) / Cfg::kBn, 1);
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds, dq_grid,
-                                                      dk, dv);
-  check(cudaGetLastError(), "backward_sm90_kernel launch");
+  // Work items (KV head x request, key block); more than one grid holds (x < 2^31, y <= 65535)
+  // run as several launches of the same kernel, so every batch size takes this path.
+  const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
+  const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
+  constexpr int64_t kMaxX = 0x7fffffff, kMaxY = 65535;
+  for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxY)
+    for (int64_t hb0 = 0; hb0 < n_hb; hb0 += kMaxX) {
+      const dim3 grid(static_cast<unsigned>(std::min(n_hb - hb0, kMaxX)),
+                      static_cast<unsigned>(std::min(n_kb - kb0, kMaxY)), 1);
+      kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
+          p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, static_cast<uint32_t>(hb0),
+          static_cast<uint32_t>(kb0));
+      check(cudaGetLastError(), "backward_sm90_kernel launch");
+    }
 }
 
 template <class Tag>
@@ -487,11 +502,6 @@ bool launch_sm90_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
                      fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
                      const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
                      cudaStream_t stream) {
-  // Key blocks go on grid.y (at most 65535), (KV head, request) on grid.x (< 2^31); beyond
-  // that, v0's kernel runs.
-  if ((static_cast<int64_t>(p.seqlen) + 127) / 128 > 65535 ||
-      static_cast<int64_t>(p.n_kv_heads) * p.batch > 0x7fffffff)
-    return false;
   switch (p.head_dim) {
     case 64:
       launch_sm90<64, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
