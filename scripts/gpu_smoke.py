@@ -12,7 +12,7 @@ torch.manual_seed(0)
 dev = "cuda"
 decode_only = "--decode-only" in sys.argv  # (e.g. for racecheck: the decode kernels only)
 for dtype in () if decode_only else (torch.bfloat16, torch.float16):
-    for d in (64, 128):
+    for d in (64, 96, 128):
         lengths = [5, 0, 70, 1]
         cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device=dev)
         t = int(cu[-1])
@@ -29,6 +29,12 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         kd = torch.randn(2, 70, 2, d, device=dev, dtype=dtype, requires_grad=True)
         vd = torch.randn(2, 70, 2, d, device=dev, dtype=dtype, requires_grad=True)
         fa.fold_attn_func(qd, kd, vd, causal=True).backward(torch.randn_like(qd))
+        # Several key and query blocks with ragged ends (v1 backward: pipeline stages, masks,
+        # bulk reduce of partial query blocks).
+        ql = torch.randn(1, 300, 4, d, device=dev, dtype=dtype, requires_grad=True)
+        kl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
+        vl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
+        fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
 # trips the guard, v8 exponent growth, G = 64 at D = 256 (large shared memory).
 for dtype, v8, d, hkv, g in ((torch.bfloat16, False, 128, 2, 4), (torch.float16, True, 64, 1, 8),

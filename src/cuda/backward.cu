@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -412,11 +413,20 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
   launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, stream);
   check(cudaMemsetAsync(ws.dq_grid, 0, ws.dq_grid_bytes, stream), "cudaMemsetAsync(dq grid)");
   const dim3 post_grid((p.seqlen + kPostRows - 1) / kPostRows, p.n_heads, p.batch);
+  // v1 (wgmma, backward_sm90.cu) where it covers the head_dim, v0 otherwise or when the
+  // environment has FOLD_BWD_V0=1 (read at every call: for comparisons on the GPU; both are
+  // deterministic and batch-invariant, their bits differ).
+  const char *env = std::getenv("FOLD_BWD_V0");
+  const bool force_v0 = env != nullptr && env[0] == '1';
+  const bool v1 = !force_v0 && launch_backward_main_sm90(p, q, k, v, dout, lse, ws.delta, ws.bounds,
+                                                         ws.dq_grid, dk, dv, stream);
   if (p.dtype == FOLD_DTYPE_BF16) {
-    launch_main_dim<Bf16>(p, q, k, v, dout, lse, ws.delta, ws.bounds, ws.dq_grid, dk, dv, stream);
+    if (!v1)
+      launch_main_dim<Bf16>(p, q, k, v, dout, lse, ws.delta, ws.bounds, ws.dq_grid, dk, dv, stream);
     bwd_postprocess_kernel<Bf16><<<post_grid, kThreads, 0, stream>>>(p, ws.bounds, ws.dq_grid, dq);
   } else {
-    launch_main_dim<F16>(p, q, k, v, dout, lse, ws.delta, ws.bounds, ws.dq_grid, dk, dv, stream);
+    if (!v1)
+      launch_main_dim<F16>(p, q, k, v, dout, lse, ws.delta, ws.bounds, ws.dq_grid, dk, dv, stream);
     bwd_postprocess_kernel<F16><<<post_grid, kThreads, 0, stream>>>(p, ws.bounds, ws.dq_grid, dq);
   }
   check(cudaGetLastError(), "bwd_postprocess_kernel launch");

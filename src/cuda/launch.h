@@ -57,6 +57,13 @@ void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
 void launch_forward_v0(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                        fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
 
+// The v1 main kernel of the backward (backward_sm90.cu, wgmma): returns false, launching
+// nothing, for a head_dim it does not cover (the caller then runs v0's).
+bool launch_backward_main_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
+                               fold_tensor_t v, fold_tensor_t dout, const float *lse,
+                               const float *delta, const float *bounds, int32_t *dq_grid,
+                               fold_tensor_t dk, fold_tensor_t dv, void *stream);
+
 // Runs preprocess, main kernel and postprocess on `stream`; `workspace` holds at least
 // backward_workspace(p, nullptr).total_bytes bytes.
 void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,

@@ -1,0 +1,533 @@
+// Deterministic training backward on the GPU, v1: the main kernel with wgmma (sm_90a).
+// Preprocess, the zeroed dQ grid and the postprocess are v0's (backward.cu); this file only
+// replaces the main kernel for head_dim 64, 96 and 128 (256 keeps v0's, see
+// notes/training_kernels.md "v1 backward").
+//
+// One CTA per (key block of backward_plan(D).block_n = 128 keys, KV head, request), two
+// warpgroups (256 threads). Warpgroup w owns keys 64 w .. 64 w + 63 of the block and their
+// dK, dV accumulators (fp32 registers). The CTA loops over the group's query heads, then the
+// query blocks that see its key block, in that fixed order (as v0 and the CPU reference).
+// Per (query block, key block) pair, with Bm = block_m query rows:
+//   1. S^T = K_w Q^T and dP^T = V_w dO^T      wgmma SS, m64n64, K-major A and B
+//   2. P^T = min(1, 2^(S^T scale log2e - lse log2e)), dS^T = P^T (dP^T - Delta) 2^t, masked
+//      (keys/rows past the request's end, causal), rounded to the dtype in registers
+//   3. dV += P^T dO and dK += dS^T Q          wgmma RS (A = P^T / dS^T from registers),
+//                                              B = dO / Q MN-major (transposed descriptor)
+//   4. dS^T goes to shared memory; dQ partial = dS K (fp32)
+//                                              wgmma SS, A = dS MN-major, B = K MN-major
+//      Bm = 64: warpgroup w takes dQ columns [64 w, min(D, 64 w + 64)); Bm = 128: rows 64 w..
+//   5. the dQ partial is scaled by 2^(s - t), rounded to nearest-even int32 (saturating) into
+//      a shared staging tile [Bm][D + 8], then pushed with one bulk reduce-add
+//      (cp.reduce.async.bulk .add.s32) per query row: integer addition is associative, so
+//      the order in which CTAs arrive cannot change a bit.
+// Q, dO, lse and Delta of the next pair load with cp.async (zero-filled past the request's
+// end) into a second stage while the current pair computes.
+// Shared tiles use the 128-byte swizzle of wgmma (hopper/wgmma.cuh): one copy of K
+// serves as K-major A of step 1 and MN-major B of step 4; Q and dO likewise for steps 1 / 3.
+// Nothing depends on the batch, the other requests or the request's offset: tiles start at
+// the request's first token, every order is fixed, rows/keys past its end contribute zero.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/float_bits.h"
+#include "core/grid_scale.h"
+#include "core/problem.h"
+#include "core/status.h"
+#include "core/tile_plan.h"
+#include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/wgmma.cuh"
+#include "cuda/launch.h"
+#include "cuda/tile_mma.cuh"
+
+namespace fold::cuda {
+
+namespace {
+
+namespace hp = hopper;
+using tile::cp_async16;
+using tile::cp_async_commit;
+using tile::cp_async_wait_all;
+using tile::fast_exp2;
+using tile::pack2;
+using tile::smem_addr;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct Sm90Cfg {
+  static constexpr int kBm = backward_plan(D).block_m;
+  static constexpr int kBn = backward_plan(D).block_n;
+  static constexpr int kDBlocks = (D + 63) / 64;  // 128-byte column blocks of a [rows][D] tile
+  static constexpr int kKBytes = kDBlocks * kBn * 128;
+  static constexpr int kQBytes = kDBlocks * kBm * 128;
+  static constexpr int kDsBytes = (kBm / 64) * kBn * 128;  // dS^T [row block][key][64 rows]
+  static constexpr int kStageLd = D + 8;                   // int32 words per staging row
+  static constexpr int kStageBytes = kBm * kStageLd * 4;
+  // Byte offsets from the 1024-aligned base.
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kKBytes;
+  static constexpr int kOffQdo = 2 * kKBytes;  // stage i: Q at + 2 i kQBytes, dO after it
+  static constexpr int kOffDs = kOffQdo + 4 * kQBytes;
+  static constexpr int kOffStage = kOffDs + kDsBytes;
+  static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
+  static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
+  static constexpr int kBytes = kOffPin + 4 * 256 * 16;
+  static constexpr int kSmemBytes = kBytes + 1024;  // slack to align the base to 1024
+  // dQ split over the two warpgroups.
+  static constexpr int kDqN0 = kBm == 128 ? D : 64;
+  static constexpr int kDqN1 = kBm == 128 ? D : D - 64;
+
+  static_assert(kBn == 128, "two warpgroups of 64 keys");
+  static_assert(kBm == 64 || kBm == 128, "query block");
+  static_assert(kBm == 128 ? D == 64 : (D > 64 && D <= 128), "dQ split");
+  static_assert((kStageLd * 4) % 16 == 0 && (D * 4) % 16 == 0, "bulk copy alignment");
+  static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0, "swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// 4-byte cp.async with zero fill (lse, Delta rows).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// Rows [row0, row0 + ROWS) of head `head` of request b into a swizzled [blocks][ROWS][64]
+// tile at `base` (zeros past the request's end), with all threads of the block.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile_sw(uint32_t base, const fold_attn_problem_t &p,
+                                             const fold_tensor_t &t, int b, const Request &r,
+                                             int64_t row0, int head) {
+  constexpr int kChunks = D / 8;
+  const char *data = static_cast<const char *>(t.data);
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
+                ROWS % (kThreads / kChunks) == 0) {
+    // Every thread keeps one chunk column c and takes rows row_t + kStep * it: the source
+    // advances by kStep tokens, the destination by kStep rows (the swizzle phase row % 8 is
+    // the same for all of them), so the address arithmetic is done once.
+    constexpr int kStep = kThreads / kChunks;
+    const int c = threadIdx.x % kChunks, row_t = threadIdx.x / kChunks;
+    const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row_t * 128 +
+                                                      (((c & 7) ^ (row_t & 7)) << 4));
+    const int64_t src = element_offset(p, t, b, r, row0 + row_t, head) + c * 8;  // elements
+#pragma unroll
+    for (int it = 0; it < ROWS / kStep; ++it) {
+      const bool valid = row0 + row_t + it * kStep < r.len;
+      const char *ptr = valid ? data + (src + it * kStep * t.token_stride) * 2 : data;
+      tile::cp_async16(dst + it * kStep * 128, ptr, valid);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kThreads) {
+      const int row = idx / kChunks;
+      const int c = idx % kChunks;
+      const bool valid = row0 + row < r.len;
+      const char *src =
+          valid ? data + (element_offset(p, t, b, r, row0 + row, head) + c * 8) * 2 : data;
+      const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row * 128 +
+                                                        (((c & 7) ^ (row & 7)) << 4));
+      cp_async16(dst, src, valid);
+    }
+  }
+}
+
+// lse and Delta of rows [q0, q0 + BM) of head h (zeros past the end).
+template <int BM>
+__device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_problem_t &p,
+                                                const float *lse, const float *delta,
+                                                const Request &r, int64_t q0, int h) {
+  for (int i = threadIdx.x; i < BM; i += kThreads) {
+    const bool valid = q0 + i < r.len;
+    const int64_t row = static_cast<int64_t>(h) * p.total_tokens + r.first + q0 + i;
+    cp_async4(base + 4u * i, valid ? lse + row : lse, valid);
+    cp_async4(base + 4u * (BM + i), valid ? delta + row : delta, valid);
+  }
+}
+
+template <int D, class Tag>
+__global__ void __launch_bounds__(kThreads, 1)
+    backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
+                         const fold_tensor_t v, const fold_tensor_t dout,
+                         const float *__restrict__ lse, const float *__restrict__ delta,
+                         const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
+                         const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
+                         uint32_t kb0) {
+  using Cfg = Sm90Cfg<D>;
+  using T = typename Tag::T;  // __nv_bfloat16 or __half
+  constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
+  extern __shared__ unsigned char smem_raw[];
+  // 128-byte swizzle atoms must start at 1024-byte aligned shared addresses.
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const smem = smem_raw + (base - raw_addr);
+  const uint32_t k_addr = base + Cfg::kOffK, v_addr = base + Cfg::kOffV;
+  const uint32_t ds_addr = base + Cfg::kOffDs;
+  int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
+
+  // grid (KV head + n_kv_heads * request, key block), offset by (hb0, kb0) when the host
+  // splits a very large batch over several launches of this same kernel (launch_sm90). The
+  // block scheduler dispatches x fastest, so every CTA of key block 0 (the longest under
+  // causal masking) starts first, then block 1, ...: longest-first, a shorter tail. Neither
+  // the order nor the split changes a bit.
+  const uint32_t hb = hb0 + blockIdx.x;
+  const int b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
+  const int hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
+  const Request r = request_of(p, b);
+  const int64_t k0 = static_cast<int64_t>(kb0 + blockIdx.y) * kBn;
+  if (k0 >= r.len) return;
+  const int group = p.n_heads / p.n_kv_heads;
+  const GridScale gs =
+      grid_scale(bounds + (static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS, D);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float ds_scale = exp2i(gs.t);
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+
+  const auto qdo_addr = [&](int stage) { return base + Cfg::kOffQdo + 2u * stage * Cfg::kQBytes; };
+  const auto stats_addr = [&](int stage) { return base + Cfg::kOffLse + 8u * stage * kBm; };
+
+  // K, V and the first pair's Q, dO, lse, Delta.
+  load_tile_sw<kBn, D>(k_addr, p, k, b, r, k0, hk);
+  load_tile_sw<kBn, D>(v_addr, p, v, b, r, k0, hk);
+  load_tile_sw<kBm, D>(qdo_addr(0), p, q, b, r, q_begin, hk * group);
+  load_tile_sw<kBm, D>(qdo_addr(0) + Cfg::kQBytes, p, dout, b, r, q_begin, hk * group);
+  load_rows_stats<kBm>(stats_addr(0), p, lse, delta, r, q_begin, hk * group);
+  cp_async_commit();
+
+  float dv_acc[D / 2], dk_acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+
+  // Descriptors that do not change over the pairs (k16 steps add (bytes >> 4) to them).
+  const uint64_t k_desc_a = hp::desc_k_major_sw128(k_addr + wg * 64 * 128);  // K-major A
+  const uint64_t v_desc_a = hp::desc_k_major_sw128(v_addr + wg * 64 * 128);
+  uint64_t dq_desc_a, dq_desc_b;  // dS (MN-major A), K (MN-major B)
+  if constexpr (kBm == 128) {
+    dq_desc_a = hp::desc_mn_major_sw128(ds_addr + wg * kBn * 128, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr, kBn * 128);
+  } else {
+    dq_desc_a = hp::desc_mn_major_sw128(ds_addr, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr + wg * kBn * 128, kBn * 128);
+  }
+  const int dq_row0 = kBm == 128 ? 64 * wg : 0;
+  const int dq_col0 = kBm == 128 ? 0 : 64 * wg;
+
+  // This thread's key rows (tile-relative) in the accumulators: key_l and key_l + 8.
+  const int key_l = 64 * wg + 16 * warp + g;
+
+  // Step 5's bulk reduce of a pair is issued after the next pair's first barrier (or after
+  // the loop, for the last pair): one barrier per pair serves both.
+  const auto push_dq = [&](int h, int64_t q0) {
+    if (tid < kBm && q0 + tid < r.len) {
+      int32_t *dst = dq_grid + ((r.first + q0 + tid) * p.n_heads + h) * D;
+      hp::bulk_reduce_add_s32(dst, staging + tid * Cfg::kStageLd, D * 4);
+      hp::bulk_commit();
+    }
+  };
+  int stage = 0;
+  int prev_h = -1;  // the pair whose dQ partial waits in the staging tile (none yet)
+  int64_t prev_q0 = 0;
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+      // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
+      // the other stage, the wgmma reads of both) and its dQ partial is in the staging tile.
+      cp_async_wait_all();
+      hp::fence_proxy_async();
+      __syncthreads();
+      if (prev_h >= 0) push_dq(prev_h, prev_q0);
+      prev_h = h;
+      prev_q0 = q0;
+      {
+        int next_h = h;
+        int64_t next_q0 = q0 + kBm;
+        if (next_q0 >= r.len) {
+          next_h = h + 1;
+          next_q0 = q_begin;
+        }
+        if (next_h < (hk + 1) * group) {
+          const uint32_t nxt = qdo_addr(stage ^ 1);
+          load_tile_sw<kBm, D>(nxt, p, q, b, r, next_q0, next_h);
+          load_tile_sw<kBm, D>(nxt + Cfg::kQBytes, p, dout, b, r, next_q0, next_h);
+          load_rows_stats<kBm>(stats_addr(stage ^ 1), p, lse, delta, r, next_q0, next_h);
+          cp_async_commit();
+        }
+      }
+      const uint32_t q_addr = qdo_addr(stage), do_addr = q_addr + Cfg::kQBytes;
+      const float *lse_s = reinterpret_cast<const float *>(smem + Cfg::kOffLse + 8 * stage * kBm);
+      const float *delta_s = lse_s + kBm;
+
+      // Steps 1-3 run per sub-block of 64 query rows (kBm / 64 of them): fewer live
+      // registers for kBm = 128, and the dV/dK wgmmas of one sub-block overlap the next's
+      // S/dP wgmmas. (Issuing dV's wgmmas before dS is computed would overlap more, but keeps
+      // P's fp32 and 16-bit copies live together: ptxas then serialises the wgmmas at
+      // D = 128 and spills at D = 64 and 96.)
+#pragma unroll 1
+      for (int sub = 0; sub < kBm / 64; ++sub) {
+        const int r0 = 64 * sub;  // first row (tile-relative) of the sub-block
+        // ---- 1. S^T = K_w Q^T, dP^T = V_w dO^T: [64 keys x 64 rows] per warpgroup.
+        float s[32], dp[32];
+        {
+          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
+          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
+          hp::fence();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
+          }
+          hp::commit();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
+          }
+          hp::commit();
+          // S^T has landed (and the previous sub-block's step 3); dP^T's group may still run
+          // while P is computed.
+          hp::wait<1>();
+          hp::fence_operands(s);
+        }
+
+        // ---- 2. P^T and dS^T 2^t in place (s <- P, dp <- dS), masked where needed. Element
+        // s[4 j + 2 i + e] is (key key_l + 8 i, row r0 + 8 j + 2 tq + e).
+        {
+          const int len = r.len;
+          const bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
+                                 (p.causal && k0 + 64 * wg + 63 > q0 + r0);
+          const int key_limit = static_cast<int>(len - k0);  // key_rel < key_limit
+          const int row_limit = static_cast<int>(len - q0);  // row_rel < row_limit
+          const int diag = static_cast<int>(q0 - k0);        // causal: key_rel - row_rel <= diag
+          const auto finish = [&](auto masked) {
+            constexpr bool kMasked = decltype(masked)::value;
+            const auto valid = [&](int j, int i, int e) {
+              if constexpr (!kMasked) return true;
+              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
+              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+            };
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
+                  // Clamped to 1 as in the CPU reference (grid_scale.h rests on P <= 1).
+                  s[idx] =
+                      valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
+                }
+            }
+            {
+              // ptxas otherwise sinks most of the P work past the wait below (it does not
+              // model the wait's latency). Shared-memory stores of the packed P are not moved
+              // across the wait, so P is finished in front of it and overlaps dP^T's wgmmas.
+              // (The copy itself is never read.)
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const uint4 v = make_uint4(pack2(s[8 * k], s[8 * k + 1], Tag{}),
+                                           pack2(s[8 * k + 2], s[8 * k + 3], Tag{}),
+                                           pack2(s[8 * k + 4], s[8 * k + 5], Tag{}),
+                                           pack2(s[8 * k + 6], s[8 * k + 7], Tag{}));
+                *reinterpret_cast<uint4 *>(smem + Cfg::kOffPin + (k * 256 + tid) * 16) = v;
+              }
+            }
+            hp::wait<0>();  // dP^T
+            hp::fence_operands(dp);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float dlv = e ? dl.y : dl.x;
+                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
+                }
+            }
+          };
+          if (need_mask)
+            finish(std::true_type{});
+          else
+            finish(std::false_type{});
+        }
+        // A fragments (k16 step kk = rows r0 + 16 kk..): the accumulator pairs in order.
+        uint32_t pf[4][4], df[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+            df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
+          }
+          // dS^T into shared memory, [row block][key][64 rows] swizzled (MN-major A of step 4).
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int key = key_l + 8 * i, row = 8 * j + 2 * tq;  // row within the sub-block
+            const int off =
+                sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
+            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + off) = df[j >> 1][(j & 1) * 2 + i];
+          }
+
+        // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
+        // apart; the k16 step kk of the sub-block starts at row r0 + 16 kk).
+        {
+          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
+          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
+          hp::fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
+          }
+          hp::commit();
+        }
+      }
+      hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
+      // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
+      // staging tile; both halves of dS^T are in.
+      if (tid < kBm) hp::bulk_wait_read<0>();
+      __syncthreads();
+
+      // ---- 4. dQ partial = dS K over the block's 128 keys; 5. onto the integer grid.
+      const auto dq_pass = [&](auto n_tag) {
+        constexpr int kN = decltype(n_tag)::value;
+        float acc[kN / 2];
+        hp::fence();
+#pragma unroll
+        for (int ks = 0; ks < kBn / 16; ++ks)
+          hp::wgmma_ss<kN, T, 1, 1>(acc, dq_desc_a + ks * 128, dq_desc_b + ks * 128, ks > 0);
+        hp::commit();
+        hp::wait<0>();  // (also retires step 3)
+        hp::fence_operands(acc);
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
+            int2 units;
+            units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], gs.s - gs.t));
+            units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], gs.s - gs.t));
+            *reinterpret_cast<int2 *>(staging + row * Cfg::kStageLd + col) = units;
+          }
+      };
+      if (wg == 0)
+        dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
+      else
+        dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
+      hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
+    }
+  }
+  __syncthreads();
+  push_dq(prev_h, prev_q0);
+  if (tid < kBm) hp::bulk_wait<0>();
+
+  // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
+  const float nan = __int_as_float(0x7fffffff);
+  const float dk_unscale = exp2i(-gs.t);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t key = k0 + key_l + 8 * i;
+    if (key >= r.len) continue;
+    T *dk_row = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key, hk) + 2 * tq;
+    T *dv_row = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key, hk) + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float x[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        x[e] =
+            gs.valid ? mul_rn(mul_rn(dk_acc[4 * j + 2 * i + e], dk_unscale), p.softmax_scale) : nan;
+      *reinterpret_cast<uint32_t *>(dk_row + 8 * j) = pack2(x[0], x[1], Tag{});
+      *reinterpret_cast<uint32_t *>(dv_row + 8 * j) =
+          pack2(dv_acc[4 * j + 2 * i], dv_acc[4 * j + 2 * i + 1], Tag{});
+    }
+  }
+}
+
+void check(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+template <int D, class Tag>
+void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                 fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
+                 int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, cudaStream_t stream) {
+  using Cfg = Sm90Cfg<D>;
+  auto kernel = backward_sm90_kernel<D, Tag>;
+  // Once per device and instantiation, so that a later call can be captured in a graph.
+  static std::atomic<uint64_t> configured{0};
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if ((configured.load() & bit) == 0) {
+    check(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
+        "cudaFuncSetAttribute(backward_sm90)");
+    configured.fetch_or(bit);
+  }
+  // Work items (KV head x request, key block); more than one grid holds (x < 2^31, y <= 65535)
+  // run as several launches of the same kernel, so every batch size takes this path.
+  const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
+  const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
+  constexpr int64_t kMaxX = 0x7fffffff, kMaxY = 65535;
+  for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxY)
+    for (int64_t hb0 = 0; hb0 < n_hb; hb0 += kMaxX) {
+      const dim3 grid(static_cast<unsigned>(std::min(n_hb - hb0, kMaxX)),
+                      static_cast<unsigned>(std::min(n_kb - kb0, kMaxY)), 1);
+      kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
+          p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, static_cast<uint32_t>(hb0),
+          static_cast<uint32_t>(kb0));
+      check(cudaGetLastError(), "backward_sm90_kernel launch");
+    }
+}
+
+template <class Tag>
+bool launch_sm90_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
+                     fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
+                     const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
+                     cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      launch_sm90<64, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      return true;
+    case 96:
+      launch_sm90<96, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      return true;
+    case 128:
+      launch_sm90<128, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool launch_backward_main_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
+                               fold_tensor_t v, fold_tensor_t dout, const float *lse,
+                               const float *delta, const float *bounds, int32_t *dq_grid,
+                               fold_tensor_t dk, fold_tensor_t dv, void *stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.dtype == FOLD_DTYPE_BF16)
+    return launch_sm90_dim<tile::Bf16>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv,
+                                       stream);
+  return launch_sm90_dim<tile::F16>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+}
+
+}  // namespace fold::cuda
