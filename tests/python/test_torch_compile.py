@@ -65,14 +65,30 @@ def test_compile_fullgraph_varlen_with_max_seqlen():
         assert torch.equal(a, b)
 
 
-def test_compile_varlen_without_max_seqlen_says_what_to_pass():
+def _varlen_compiled_matches_eager(device, backend, max_seqlen):
     torch._dynamo.reset()
-    q, k, v = (x[0] for x in _inputs(S=20))
-    cu = torch.tensor([0, 20], dtype=torch.int32)
-    fn = torch.compile(lambda q, k, v, cu: fold_attn_varlen_func(q, k, v, cu), fullgraph=True,
-                       backend="aot_eager")
-    with pytest.raises(Exception, match="max_seqlen"):
-        fn(q, k, v, cu)
+    q, k, v = (x[0].to(device) for x in _inputs(S=300, H=4, Hkv=2, D=64))
+    cu = torch.tensor([0, 7, 7, 190, 191, 300], dtype=torch.int32, device=device)
+
+    def step(q, k, v, cu):
+        return fold_attn_varlen_func(q, k, v, cu, max_seqlen=max_seqlen, causal=True)
+
+    eager = _loss_and_grads(step, q, k, v, cu)
+    compiled = _loss_and_grads(torch.compile(step, fullgraph=True, backend=backend), q, k, v, cu)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_compile_varlen_without_max_seqlen():
+    # While tracing the packed length stands in for the longest request.
+    _varlen_compiled_matches_eager("cpu", "aot_eager", None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ready()[0], reason="needs a CUDA GPU and a CUDA build")
+@pytest.mark.parametrize("max_seqlen", [None, 183, 8])  # 8: too short, and not trusted
+def test_compile_fullgraph_varlen_on_cuda_matches_eager_bitwise(max_seqlen):
+    _varlen_compiled_matches_eager("cuda", "inductor", max_seqlen)
 
 
 @pytest.mark.gpu
