@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/problem.h"
@@ -65,19 +66,20 @@ constexpr int kVTailBarrier = 1;    // named barrier of the 256 consumer threads
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D>
+template <int D, int kStagesT = 2>
 struct Cfg {
   static constexpr int kBm = forward_plan(D).block_m;
   static constexpr int kBn = forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;  // columns held in shared memory
   static constexpr int kPanels = kDp / 64;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kStagesT;
   static constexpr uint32_t kQBytes = kBm * kDp * 2;
   static constexpr uint32_t kKvBytes = kBn * kDp * 2;  // one K or one V tile
   static constexpr uint32_t kQPanel = kBm * 128;       // bytes per 64-column panel
   static constexpr uint32_t kKvPanel = kBn * 128;
-  // Tiles (1024-aligned), then the barriers; + 1024 to align the dynamic base.
-  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+  // Tiles (1024-aligned), then the barriers (v1: q, k_full, v_full, empty; v1.1: q, k_full,
+  // v_full, k_empty, v_empty); + 1024 to align the dynamic base.
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarrierBytes;
   static_assert(kBm == 128, "two consumer warpgroups of 64 rows");
   static_assert(kBn % 16 == 0 && kBn <= 256, "wgmma N");
@@ -314,24 +316,374 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// v1.1: the same tiles, numerics and invariance as v1, with the softmax overlapped with the
+// tensor cores (FlashAttention-3's two schemes together):
+//   intra-warpgroup: per key block j >= 1 a consumer issues S_j = Q K_j^T and then
+//     O += P_{j-1} V_{j-1} (two wgmma groups), waits for S_j alone (wait_group 1), does the
+//     softmax of block j while P V still runs, then waits for P V, rescales O by block j's
+//     alpha and packs P_j. O's update order is v1's (O = alpha_j O + P_j V_j, the rescale
+//     before the P V of the same block), so the bits are v1's.
+//   inter-warpgroup ping-pong: two named barriers hand the "issue" turn back and forth, so
+//     consumer 0 issues its GEMMs, then consumer 1 does, and each one's softmax runs while
+//     the other's GEMMs occupy the tensor cores. Both consumers of a CTA take the same
+//     number of turns (the block range is per CTA); consumer 0's first turn needs no token
+//     and consumer 1's last turn hands none, so no barrier arrival is left pending.
+// Loads: K and V have their own empty barriers (K_j is released as soon as S_j is done,
+// V_{j-1} after P V), the producer issues K_j ahead of V_{j-1} (the order the consumers
+// need them), and the pipeline has 3 stages where shared memory allows (D <= 128).
+// Empty barriers count one arrival per consumer warp (lane 0, after the warp's wait_group).
+// Grid: one linear index over (query block y, request b, head h), y slowest, so that every
+// request's longest causal blocks (y = 0) start before any shorter one: the hardware
+// dispatches CTAs in index order, which makes this a longest-first schedule over the whole
+// batch. Which CTA runs which tile never changes what the tile computes.
+constexpr int kPingPongBarrier = 2;  // named barriers 2, 3: consumer 0's and 1's issue turn
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+
+// 3 stages where they fit (D <= 128), else 2 (Cfg's shared-memory formula for 3 stages).
+template <int D>
+struct V11Stages {
+  static constexpr int kDp = (D + 63) / 64 * 64;
+  static constexpr int kBytes3 = 1024 + forward_plan(D).block_m * kDp * 2 +
+                                 2 * 3 * forward_plan(D).block_n * kDp * 2 + 8 * (1 + 4 * 3);
+  static constexpr int value = kBytes3 <= 227 * 1024 ? 3 : 2;
+};
+
+// Online softmax of one key block (the arithmetic of v1, O's rescale left to the caller):
+// mask where needed, raw-score row maxima, new running max, alpha, l rescaled, and P (fp32,
+// unrounded) written over the scores with its row sums added to l.
+template <int kBn>
+__device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2], float (&l)[2],
+                                              float (&alpha)[2], int k0, int len, bool causal,
+                                              int q_row0, int g, int t, float scale_log2) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float row_max[2] = {neg_inf, neg_inf};
+  const bool need_mask = k0 + kBn > len || (causal && k0 + kBn - 1 > q_row0);
+  if (need_mask) {
+    const int key_limit = min(len - k0, kBn);
+    const int diag = q_row0 - k0;  // key (block-relative) <= diag + row
+#pragma unroll
+    for (int i = 0; i < kBn / 2; ++i) {
+      const int row = g + ((i >> 1) & 1) * 8;
+      const int key = (i >> 2) * 8 + 2 * t + (i & 1);
+      const bool masked = key >= key_limit || (causal && key > diag + row);
+      if (masked) sc[i] = neg_inf;
+      row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBn / 2; ++i) row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
+  }
+  float m_use[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 1));
+    row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 2));
+    const float m_new = fmaxf(m[i], row_max[i] * scale_log2);
+    // A row with every key so far masked keeps m = -inf, l = 0, acc = 0; its P is 0.
+    alpha[i] = m_new == neg_inf ? 1.0f : (m[i] == neg_inf ? 0.0f : fast_exp2(m[i] - m_new));
+    m[i] = m_new;
+    m_use[i] = m_new == neg_inf ? 0.0f : m_new;
+    l[i] *= alpha[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kBn / 2; ++i) {
+    const float pij = fast_exp2(__fmaf_rn(sc[i], scale_log2, -m_use[(i >> 1) & 1]));
+    sc[i] = pij;
+    l[(i >> 1) & 1] += pij;
+  }
+}
+
+template <int D, class Tag, bool kPingPong>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_v11_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
+                       const __grid_constant__ CUtensorMap tm_k,
+                       const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
+                       const fold_tensor_t out, float *__restrict__ lse) {
+  using C = Cfg<D, V11Stages<D>::value>;
+  using T = typename Tag::T;
+  constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char *q_s = smem;
+  unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
+  unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
+  auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
+  uint64_t *q_full = bars;
+  uint64_t *k_full = bars + 1;
+  uint64_t *v_full = k_full + kStages;
+  uint64_t *k_empty = v_full + kStages;
+  uint64_t *v_empty = k_empty + kStages;
+
+  // Linear index = (y * batch + b) * n_heads + h; y = 0 is every request's last query block
+  // when causal (most keys).
+  const unsigned n_heads = static_cast<unsigned>(p.n_heads);
+  const unsigned batch_n = static_cast<unsigned>(p.batch);
+  const unsigned rest = blockIdx.x / n_heads;
+  const int h = static_cast<int>(blockIdx.x - rest * n_heads);
+  const int b = static_cast<int>(rest % batch_n);
+  const int y = static_cast<int>(rest / batch_n);
+  const Request r = request_of(p, b);
+  const int n_qblocks = (r.len + kBm - 1) / kBm;
+  const int qb = p.causal ? n_qblocks - 1 - y : y;
+  if (qb < 0 || qb >= n_qblocks) return;  // uniform over the CTA, before any barrier
+  const int q0 = qb * kBm;
+  const int hk = h / (p.n_heads / p.n_kv_heads);
+  const int k_end = p.causal ? min(r.len, q0 + kBm) : r.len;
+  const int n_kblocks = (k_end + kBn - 1) / kBn;  // >= 1
+  const bool dense = p.cu_seqlens == nullptr;
+  const int32_t row_base = dense ? 0 : static_cast<int32_t>(r.first);
+  const int32_t batch = dense ? b : 0;
+
+  if (threadIdx.x == 0) {
+    hw::mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hw::mbar_init(&k_full[s], 1);
+      hw::mbar_init(&v_full[s], 1);
+      hw::mbar_init(&k_empty[s], kConsumerWarps);
+      hw::mbar_init(&v_empty[s], kConsumerWarps);
+    }
+    hw::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int wg = hw::warpgroup_index();
+  if (wg == 0) {
+    // ---- producer ----
+    hw::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      hw::tma_prefetch_descriptor(&tm_q);
+      hw::tma_prefetch_descriptor(&tm_k);
+      hw::tma_prefetch_descriptor(&tm_v);
+      hw::mbar_arrive_expect_tx(q_full, C::kQBytes);
+#pragma unroll
+      for (int pn = 0; pn < C::kPanels; ++pn)
+        hw::tma_load_4d(q_s + pn * C::kQPanel, &tm_q, q_full, pn * 64, h * muls.q_head,
+                        row_base + q0, batch * muls.q_batch);
+      // K_0, then K_j before V_{j-1}, then V_{n-1}: the consumers' order of use.
+      auto load = [&](const CUtensorMap *tm, unsigned char *tiles, uint64_t *full, uint64_t *empty,
+                      int head, int bmul, int j) {
+        const int s = j % kStages;
+        const int use = j / kStages;
+        if (use > 0) hw::mbar_wait(&empty[s], (use - 1) & 1);
+        hw::mbar_arrive_expect_tx(&full[s], C::kKvBytes);
+#pragma unroll
+        for (int pn = 0; pn < C::kPanels; ++pn)
+          hw::tma_load_4d(tiles + s * C::kKvBytes + pn * C::kKvPanel, tm, &full[s], pn * 64, head,
+                          row_base + j * kBn, batch * bmul);
+      };
+      load(&tm_k, k_s, k_full, k_empty, hk * muls.k_head, muls.k_batch, 0);
+      for (int j = 1; j < n_kblocks; ++j) {
+        load(&tm_k, k_s, k_full, k_empty, hk * muls.k_head, muls.k_batch, j);
+        load(&tm_v, v_s, v_full, v_empty, hk * muls.v_head, muls.v_batch, j - 1);
+      }
+      load(&tm_v, v_s, v_full, v_empty, hk * muls.v_head, muls.v_batch, n_kblocks - 1);
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  hw::setmaxnreg_inc<kConsumerRegs>();
+  const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the block
+  const int tid = hw::thread_in_warpgroup();
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = 64 * cw + 16 * warp;  // the warp's first row in the block
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const uint32_t q_addr = hw::smem_u32(q_s) + cw * 64 * 128;
+  const uint32_t k_addr = hw::smem_u32(k_s);
+  const uint32_t v_addr = hw::smem_u32(v_s);
+  const int my_turn = kPingPongBarrier + cw, other_turn = kPingPongBarrier + (1 - cw);
+
+  float o[kDp / 2];
+#pragma unroll
+  for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
+  float m[2] = {neg_inf, neg_inf}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: lane-partial)
+  float alpha[2];
+  float sc[kBn / 2];
+  uint32_t pa[kBn / 16][4];
+
+  // S = Q K^T into sc (k-steps over the real D only: columns past D are zeros in both).
+  auto issue_s = [&](int s) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = static_cast<uint32_t>(kk % 4) * 32u;  // k16 step inside a panel
+      const uint64_t da = hw::desc_k_major_sw128(q_addr + (kk / 4) * C::kQPanel + off);
+      const uint64_t db =
+          hw::desc_k_major_sw128(k_addr + s * C::kKvBytes + (kk / 4) * C::kKvPanel + off);
+      hw::wgmma_ss<kBn, T, 0, 0>(sc, da, db, kk > 0 ? 1 : 0);
+    }
+    hw::commit();
+  };
+  // O += P V (V MN-major: panel stride kKvPanel, k16 step = 16 rows = 2048 bytes).
+  auto issue_pv = [&](int s) {
+#pragma unroll
+    for (int kt = 0; kt < kBn / 16; ++kt) {
+      const uint64_t dv =
+          hw::desc_mn_major_sw128(v_addr + s * C::kKvBytes + kt * 2048u, C::kKvPanel);
+      hw::wgmma_rs<kDp, T, 1>(o, pa[kt], dv, 1);
+    }
+    hw::commit();
+  };
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kt = 0; kt < kBn / 16; ++kt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pa[kt][e] = pack2(sc[8 * kt + 2 * e], sc[8 * kt + 2 * e + 1], Tag{});
+  };
+  auto fence_pa = [&]() {
+#pragma unroll
+    for (int kt = 0; kt < kBn / 16; ++kt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) hw::fence_operand(pa[kt][e]);
+  };
+  // The issue turn: consumer 0's first needs no token, consumer 1's last passes none.
+  // (kPingPong false: no turns, the consumers issue whenever they are ready; a switch for
+  // timing the two overlaps apart.)
+  auto turn_begin = [&](bool first) {
+    if (kPingPong && !(first && cw == 0)) hw::named_bar_sync(my_turn, kConsumerThreads);
+  };
+  auto turn_end = [&](bool last) {
+    if (kPingPong && !(last && cw == 1)) hw::named_bar_arrive(other_turn, kConsumerThreads);
+  };
+  auto release = [&](uint64_t *bar) {
+    if (lane == 0) hw::mbar_arrive(bar);
+  };
+
+  hw::mbar_wait(q_full, 0);
+  // Block 0: S only.
+  hw::mbar_wait(&k_full[0], 0);
+  turn_begin(true);
+  hw::fence();
+  issue_s(0);
+  turn_end(n_kblocks == 1);
+  hw::wait<0>();
+  hw::fence_operands(sc);
+  release(&k_empty[0]);
+  softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
+#pragma unroll
+  for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+  pack_p();
+
+  for (int j = 1; j < n_kblocks; ++j) {
+    const int s = j % kStages, sp = (j - 1) % kStages;
+    // Both operands first, so a turn is only issue (and one wgmma.fence covers both GEMMs).
+    // Block j - 1 < n_kblocks - 1 ends before the request does: no V rows to zero.
+    hw::mbar_wait(&k_full[s], (j / kStages) & 1);
+    hw::mbar_wait(&v_full[sp], ((j - 1) / kStages) & 1);
+    turn_begin(false);
+    hw::fence();
+    issue_s(s);
+    issue_pv(sp);
+    turn_end(j == n_kblocks - 1);
+    hw::wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
+    hw::fence_operands(sc);
+    release(&k_empty[s]);
+    softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
+    hw::wait<0>();
+    hw::fence_operands(o);
+    fence_pa();
+    release(&v_empty[sp]);
+#pragma unroll
+    for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+    pack_p();
+  }
+
+  // Last block's P V.
+  {
+    const int jl = n_kblocks - 1, sl = jl % kStages;
+    const int k0 = jl * kBn;
+    hw::mbar_wait(&v_full[sl], (jl / kStages) & 1);
+    if (k0 + kBn > r.len) {
+      // The request's last block: V rows past its end may hold another request's values
+      // (even inf/NaN, and 0 * inf = NaN): zero them (as v1), then make the async proxy
+      // (wgmma) see the stores. Both consumers reach this point after their last turn.
+      const int valid = r.len - k0;
+      const int chunks = (kBn - valid) * C::kPanels * 8;
+      for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kConsumerThreads) {
+        const int row = valid + idx / (C::kPanels * 8);
+        const int pn = (idx / 8) % C::kPanels;
+        const int chunk = idx % 8;
+        *reinterpret_cast<uint4 *>(v_s + sl * C::kKvBytes + pn * C::kKvPanel + row * 128 +
+                                   chunk * 16) = make_uint4(0, 0, 0, 0);
+      }
+      hw::fence_proxy_async();
+      hw::named_bar_sync(kVTailBarrier, kConsumerThreads);
+    }
+    hw::fence();
+    issue_pv(sl);
+    hw::wait<0>();
+    hw::fence_operands(o);
+    fence_pa();
+  }
+
+  // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2; rows past the end skipped.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = q0 + r0 + g + 8 * i;
+    if (row >= r.len) continue;
+    T *dst = static_cast<T *>(out.data) + element_offset(p, out, b, r, row, h);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
+          pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
+    if (t == 0)
+      lse[static_cast<int64_t>(h) * p.total_tokens + r.first + row] = (m[i] + __log2f(l[i])) * kLn2;
+  }
+}
+
 void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
+// Which forward kernel runs: v1.1 unless FOLD_FWD_VARIANT says otherwise: "v1" (the previous
+// kernel, kept so that one GPU round can time both and fall back) or "v1.1-nopp" (v1.1
+// without the ping-pong turns, to time the two overlaps apart). Read at every call (a host
+// getenv; graph capture records whichever kernel the captured call launched). All give the
+// same bits (same tiles, same order of operations), and none depends on the batch.
+enum class Variant { kV1, kV11, kV11NoPingPong };
+Variant forward_variant() {
+  const char *env = std::getenv("FOLD_FWD_VARIANT");
+  if (env == nullptr || env[0] == '\0') return Variant::kV11;
+  const std::string v(env);
+  if (v == "v1" || v == "1") return Variant::kV1;
+  if (v == "v1.1" || v == "1.1") return Variant::kV11;
+  if (v == "v1.1-nopp") return Variant::kV11NoPingPong;
+  fail(FOLD_ERR_INVALID_ARGUMENT,
+       "FOLD_FWD_VARIANT=" + v + ": expected v1, v1.1 or v1.1-nopp (v1.1 without ping-pong)");
+}
+
 template <int D, class Tag>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-            fold_tensor_t out, float *lse, cudaStream_t stream) {
+            fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
   using C = Cfg<D>;
-  auto kernel = forward_v1_kernel<D, Tag>;
-  // Once per device and instantiation, so that a later call can be captured in a graph.
-  static std::atomic<uint64_t> configured{0};
+  using C11 = Cfg<D, V11Stages<D>::value>;
+  static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");
+  const bool v11 = variant != Variant::kV1;
+  auto kernel = variant == Variant::kV11             ? forward_v11_kernel<D, Tag, true>
+                : variant == Variant::kV11NoPingPong ? forward_v11_kernel<D, Tag, false>
+                                                     : forward_v1_kernel<D, Tag>;
+  const int smem_bytes = v11 ? C11::kSmemBytes : C::kSmemBytes;
+  // Once per device, instantiation and variant, so that a later call can be captured in a
+  // graph.
+  static std::atomic<uint64_t> configured[3] = {0, 0, 0};
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = uint64_t{1} << (device & 63);
-  if ((configured.load() & bit) == 0) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
+  const int slot = static_cast<int>(variant);
+  if ((configured[slot].load() & bit) == 0) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
           "cudaFuncSetAttribute(forward v1)");
-    configured.fetch_or(bit);
+    configured[slot].fetch_or(bit);
   }
   const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
   const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
@@ -341,23 +693,32 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
   const int64_t ctas = q_blocks * p.n_heads;
   if (ctas > 0x7fffffff) fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads too large for one grid");
-  const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(p.batch), 1);
-  kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(p, mq.map, mk.map, mv.map, muls, out, lse);
+  if (v11) {
+    // One linear index over (query block, request, head): see forward_v11_kernel.
+    const int64_t all = ctas * p.batch;
+    if (all > 0x7fffffff)
+      fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads * batch too large for one grid");
+    kernel<<<static_cast<unsigned>(all), kThreads, smem_bytes, stream>>>(p, mq.map, mk.map, mv.map,
+                                                                         muls, out, lse);
+  } else {
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(p.batch), 1);
+    kernel<<<grid, kThreads, smem_bytes, stream>>>(p, mq.map, mk.map, mv.map, muls, out, lse);
+  }
   check(cudaGetLastError(), "forward_v1_kernel launch");
 }
 
 template <class Tag>
 void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                fold_tensor_t out, float *lse, cudaStream_t stream) {
+                fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
   switch (p.head_dim) {
     case 64:
-      return launch<64, Tag>(p, q, k, v, out, lse, stream);
+      return launch<64, Tag>(p, q, k, v, out, lse, stream, variant);
     case 96:
-      return launch<96, Tag>(p, q, k, v, out, lse, stream);
+      return launch<96, Tag>(p, q, k, v, out, lse, stream, variant);
     case 128:
-      return launch<128, Tag>(p, q, k, v, out, lse, stream);
+      return launch<128, Tag>(p, q, k, v, out, lse, stream, variant);
     case 256:
-      return launch<256, Tag>(p, q, k, v, out, lse, stream);
+      return launch<256, Tag>(p, q, k, v, out, lse, stream, variant);
     default:
       fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p.head_dim) +
                                      ": the CUDA training kernels take 64, 96, 128 or 256");
@@ -378,10 +739,11 @@ void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
   if (p.total_tokens > 0x7fffffff || p.seqlen > 0x7fffffff - 256)
     fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Variant variant = forward_variant();
   if (p.dtype == FOLD_DTYPE_BF16)
-    launch_dim<Bf16>(p, q, k, v, out, lse, stream);
+    launch_dim<Bf16>(p, q, k, v, out, lse, stream, variant);
   else
-    launch_dim<F16>(p, q, k, v, out, lse, stream);
+    launch_dim<F16>(p, q, k, v, out, lse, stream, variant);
 }
 
 }  // namespace fold::cuda

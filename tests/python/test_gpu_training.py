@@ -341,6 +341,31 @@ def test_forward_nonfinite_neighbour_does_not_leak(dtype, D):
         _assert_bits(alone[1], res[1][:, :L], "neighbour lse")
 
 
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
+    """FOLD_FWD_VARIANT picks the forward kernel (v1; v1.1 = softmax overlapped with the
+    GEMMs, ping-pong, 3 stages, longest-first grid; v1.1-nopp without the ping-pong). Same
+    tiles and the same order of operations: the same bits. Lengths cover one key block
+    (ping-pong turns of a single block), several pipeline wraps and partial last blocks."""
+    lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64], 8, 2
+    T = sum(lengths)
+    q, k, v = (_randn((T, h, D), dtype, 140 + i) for i, h in enumerate((H, Hkv, Hkv)))
+    cu = _cu(lengths)
+    dense = [_randn((2, 600, h, D), dtype, 150 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    for causal in (False, True):
+        got = {}
+        for variant in ("v1", "v1.1", "v1.1-nopp"):
+            monkeypatch.setenv("FOLD_FWD_VARIANT", variant)
+            got[variant] = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+        monkeypatch.delenv("FOLD_FWD_VARIANT")
+        default = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+        for variant, res in list(got.items()) + [("default", default)]:
+            for (a_out, a_lse), (b_out, b_lse), kind in zip(got["v1"], res, ("varlen", "dense")):
+                _assert_bits(a_out, b_out, f"{variant} vs v1 {kind} out (causal={causal})")
+                _assert_bits(a_lse, b_lse, f"{variant} vs v1 {kind} lse (causal={causal})")
+
+
 def test_runs_on_current_stream_and_graph_capture():
     """The ops run on torch's current stream; the backward replays in a CUDA graph."""
     dtype, B, S, H, Hkv, D = torch.bfloat16, 2, 150, 4, 2, 64

@@ -1,0 +1,85 @@
+"""Quick timing of the CUDA forward's variants side by side (FOLD_FWD_VARIANT is read at every
+call, so one process times them all) next to torch SDPA (cuDNN), causal and full, on the
+benchmark's shapes. Warm L2, eager, median of 10: a quick look, not the benchmark protocol.
+Also checks that every variant gives the bits of the first one on each shape.
+
+    python3 scripts/time_forward_variants.py [variant ...]   (default: v1 v1.1 v1.1-nopp)
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import fold_attention as fa
+
+SHAPES = [  # (B, S, H, Hkv, D)
+    (2, 8192, 32, 8, 128),
+    (4, 4096, 32, 8, 128),
+    (8, 2048, 16, 16, 128),
+    (8, 2048, 32, 32, 64),
+    (2, 8192, 64, 8, 64),
+    (16, 1024, 32, 8, 128),
+]
+
+
+def timed(fn, iters=10, warmup=3):
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    variants = sys.argv[1:] or ["v1", "v1.1", "v1.1-nopp"]
+    torch.manual_seed(0)
+    cols = variants + ["sdpa"]
+    print("shape causal | " + " | ".join(f"{c} ms TFLOP/s" for c in cols) + " | best/sdpa")
+    for B, S, H, Hkv, D in SHAPES:
+        q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16)
+        rep = H // Hkv
+        qt = q.transpose(1, 2)
+        kt = k.repeat_interleave(rep, 2).transpose(1, 2)
+        vt = v.repeat_interleave(rep, 2).transpose(1, 2)
+        for causal in (True, False):
+            flops = 4 * B * H * S * S * D / (2 if causal else 1)
+            res, first = {}, None
+            for var in variants:
+                os.environ["FOLD_FWD_VARIANT"] = var
+
+                def run():
+                    with torch.no_grad():
+                        return fa.fold_attn_func(q, k, v, causal=causal, return_lse=True)
+
+                out, lse = run()
+                if first is None:
+                    first = (out, lse)
+                elif not (torch.equal(out.view(torch.int16), first[0].view(torch.int16))
+                          and torch.equal(lse, first[1])):
+                    print(f"  BITS DIFFER: {var} vs {variants[0]}")
+                res[var] = timed(run)
+            os.environ.pop("FOLD_FWD_VARIANT", None)
+
+            def sdpa():
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+            res["sdpa"] = timed(sdpa)
+            best = min(res[v_] for v_ in variants)
+            cells = " | ".join(f"{res[c] * 1e3:.3f} {flops / res[c] / 1e12:.0f}" for c in cols)
+            print(f"({B},{S},{H}/{Hkv},{D}) {'causal' if causal else 'full'} | {cells} | "
+                  f"{res['sdpa'] / best:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
