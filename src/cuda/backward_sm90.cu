@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const float *__restrict__ lse, const float *__restrict__ delta,
                          const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
                          const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
-                         uint32_t kb0) {
+                         uint32_t hb_end, uint32_t kb0) {
   using Cfg = Sm90Cfg<D>;
   using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
@@ -170,12 +171,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ds_addr = base + Cfg::kOffDs;
   int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
 
-  // grid (KV head + n_kv_heads * request, key block), offset by (hb0, kb0) when the host
-  // splits a very large batch over several launches of this same kernel (launch_sm90). The
-  // block scheduler dispatches x fastest, so every CTA of key block 0 (the longest under
-  // causal masking) starts first, then block 1, ...: longest-first, a shorter tail. Neither
-  // the order nor the split changes a bit.
-  const uint32_t hb = hb0 + blockIdx.x;
+  // grid (hb in the chunk, key block, chunk) over the work items (KV head x request `hb`, key
+  // block), offset by (hb0, kb0) when the host splits a very large item space over several
+  // launches of this same kernel (launch_sm90). The block scheduler dispatches x fastest, then
+  // y, then z: chunk after chunk of gridDim.x consecutive hb, and inside a chunk every CTA of
+  // key block 0 (the longest under causal masking) first, then block 1, ... (longest-first
+  // per chunk, a short tail), while the CTAs resident at a time share few heads, so their Q,
+  // dO and dQ grid rows stay in L2. One chunk of all hb is v1's order. Neither the order nor
+  // the split changes a bit: dK/dV are summed inside the CTA, dQ with integer adds.
+  const uint32_t hb = hb0 + blockIdx.z * gridDim.x + blockIdx.x;
+  if (hb >= hb_end) return;  // the last chunk may be short
   const int b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
   const int hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
   const Request r = request_of(p, b);
@@ -464,6 +469,20 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
+// Multiprocessors of `device`, queried once per device (a later call may be captured).
+int sm_count(int device) {
+  static std::atomic<int> cached[64] = {};
+  std::atomic<int> &slot = cached[device & 63];
+  int n = slot.load();
+  if (n == 0) {
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute(multiprocessors)");
+    n = std::max(n, 1);
+    slot.store(n);
+  }
+  return n;
+}
+
 template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
@@ -481,18 +500,36 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
         "cudaFuncSetAttribute(backward_sm90)");
     configured.fetch_or(bit);
   }
-  // Work items (KV head x request, key block); more than one grid holds (x < 2^31, y <= 65535)
-  // run as several launches of the same kernel, so every batch size takes this path.
+  // Work items: (KV head x request, key block), in chunks of KV head x request whose key
+  // blocks are scheduled together (see the kernel): about two waves of CTAs per chunk (enough
+  // for longest-first to balance the causal triangle) and few heads resident at a time (L2
+  // reuse of Q, dO and the dQ grid rows). The chunk size is balanced: only the last chunk
+  // may be short, by fewer hb than there are chunks (those CTAs return at once).
+  // FOLD_BWD_VARIANT=v1: v1's order (one chunk); FOLD_BWD_HB_CHUNK=n sets the target chunk
+  // (for sweeps on the GPU). Scheduling only: the bits are the same for every choice.
   const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
-  constexpr int64_t kMaxX = 0x7fffffff, kMaxY = 65535;
-  for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxY)
-    for (int64_t hb0 = 0; hb0 < n_hb; hb0 += kMaxX) {
-      const dim3 grid(static_cast<unsigned>(std::min(n_hb - hb0, kMaxX)),
-                      static_cast<unsigned>(std::min(n_kb - kb0, kMaxY)), 1);
+  if (n_hb == 0 || n_kb == 0) return;
+  int64_t target = (2 * sm_count(device) + n_kb - 1) / n_kb;
+  if (const char *env = std::getenv("FOLD_BWD_HB_CHUNK"); env != nullptr && std::atoll(env) > 0)
+    target = std::atoll(env);
+  if (const char *env = std::getenv("FOLD_BWD_VARIANT"); env != nullptr && std::string(env) == "v1")
+    target = n_hb;
+  // Grid limits: x < 2^31, y and z <= 65535; a larger item space runs as several launches of
+  // the same kernel, so every batch size takes this path.
+  constexpr int64_t kMaxX = 0x7fffffff, kMaxYZ = 65535;
+  target = std::clamp<int64_t>(target, 1, std::min(n_hb, kMaxX));
+  const int64_t n_chunks = (n_hb + target - 1) / target;
+  const int64_t chunk = (n_hb + n_chunks - 1) / n_chunks;  // <= target
+  for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxYZ)
+    for (int64_t hb0 = 0; hb0 < n_hb; hb0 += chunk * kMaxYZ) {
+      const int64_t hb_end = std::min(n_hb, hb0 + chunk * kMaxYZ);
+      const dim3 grid(static_cast<unsigned>(chunk),
+                      static_cast<unsigned>(std::min(n_kb - kb0, kMaxYZ)),
+                      static_cast<unsigned>((hb_end - hb0 + chunk - 1) / chunk));
       kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
           p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, static_cast<uint32_t>(hb0),
-          static_cast<uint32_t>(kb0));
+          static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
       check(cudaGetLastError(), "backward_sm90_kernel launch");
     }
 }

@@ -225,6 +225,34 @@ def test_backward_v1_agrees_with_v0(dtype, D, causal, monkeypatch):
         assert _rel(a, b) < 1e-2, f"v1 {name} vs v0: relative difference {_rel(a, b):.3e}"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", (64, 128))
+def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
+    """v1.1 schedules the CTAs in chunks of KV head x request (FOLD_BWD_HB_CHUNK sets the
+    chunk, FOLD_BWD_VARIANT=v1 restores v1's single chunk): the order of the CTAs must not
+    change a bit of dq, dk, dv (dense and varlen, short last chunks included)."""
+    dtype = torch.bfloat16
+    B, S, H, Hkv = 5, 700, 6, 3  # 15 KV head x request items: chunks of 1, 2, 4, 7, 15
+    args = _dense_case(dtype, B, S, H, Hkv, D, 91)
+    monkeypatch.delenv("FOLD_BWD_HB_CHUNK", raising=False)
+    monkeypatch.delenv("FOLD_BWD_VARIANT", raising=False)
+    ref = _fold(*args, causal)
+    lens = [700, 1, 129, 300, 513]
+    cu = _cu(lens)
+    packed = [torch.cat([x[i, :n] for i, n in enumerate(lens)]) for x in args]
+    ref_v = _fold(*packed, causal, cu)
+    settings = [("FOLD_BWD_VARIANT", "v1")] + [("FOLD_BWD_HB_CHUNK", c) for c in "12479"]
+    for var, value in settings:
+        monkeypatch.setenv(var, value)
+        got = _fold(*args, causal)
+        got_v = _fold(*packed, causal, cu)
+        monkeypatch.delenv(var)
+        for name, a, b in zip(("dq", "dk", "dv"), got[2:], ref[2:]):
+            _assert_bits(a, b, f"{var}={value} dense {name}")
+        for name, a, b in zip(("dq", "dk", "dv"), got_v[2:], ref_v[2:]):
+            _assert_bits(a, b, f"{var}={value} varlen {name}")
+
+
 # ---- determinism and invariance -------------------------------------------------------------
 
 @pytest.mark.parametrize("D", DIMS)
