@@ -41,11 +41,21 @@ step sass bash -c "cuobjdump --dump-sass .gpu/libfold_attention.so > '$out/sass.
   grep -oE '(LDG\.E\.128|LDG\.E[^ ;]*|HGMMA[^ ;]*|QGMMA[^ ;]*|ATOMG[^ ;]*|RED[^ ;]*|STL|LDL)' '$out/sass.txt' | sort | uniq -c"
 step cpp_tests .gpu/fold_tests
 step pytest_gpu python3 -m pytest -q -m gpu -p no:logging --maxfail=25 tests/python
+# The opt-in persistent forward (v1.2) through the whole GPU suite (tests that pick a
+# variant themselves override it), and under the sanitizers with 2 CTAs walking every tile.
+step pytest_gpu_fwd_v12 env FOLD_FWD_VARIANT=v1.2 \
+  python3 -m pytest -q -m gpu -p no:logging --maxfail=25 tests/python
 [ "$all_tests" = 1 ] && step pytest_all python3 -m pytest -q tests/python
 if command -v compute-sanitizer >/dev/null; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/gpu_smoke.py
   step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/gpu_smoke.py
+  for tool in memcheck racecheck synccheck; do
+    step "${tool}_fwd_v12" env FOLD_FWD_VARIANT=v1.2 FOLD_FWD_CTAS=2 \
+      compute-sanitizer --tool "$tool" --error-exitcode 1 python3 scripts/gpu_smoke.py
+  done
 fi
+step time_fwd_variants python3 scripts/time_forward_variants.py v1.1 v1.2
+step time_fwd_variants_graph python3 scripts/time_forward_variants.py --graph v1.1 v1.2
 step bench_preprocess python3 -m benchmarks.preprocess --out "$out"
 if [ "$bench" = 1 ]; then
   # shellcheck disable=SC2086

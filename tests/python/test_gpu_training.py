@@ -373,9 +373,11 @@ def test_forward_nonfinite_neighbour_does_not_leak(dtype, D):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
     """FOLD_FWD_VARIANT picks the forward kernel (v1; v1.1 = softmax overlapped with the
-    GEMMs, ping-pong, 3 stages, longest-first grid; v1.1-nopp without the ping-pong). Same
-    tiles and the same order of operations: the same bits. Lengths cover one key block
-    (ping-pong turns of a single block), several pipeline wraps and partial last blocks."""
+    GEMMs, ping-pong, 3 stages, longest-first grid; v1.1-nopp without the ping-pong; v1.2 =
+    v1.1 persistent, also with FOLD_FWD_CTAS = 1 and 3 so that a few CTAs walk every tile and
+    carry the pipeline state across tiles). Same tiles and the same order of operations: the
+    same bits. Lengths cover one key block (ping-pong turns of a single block), several
+    pipeline wraps, partial last blocks, an empty request and idle tiles (seqlen bound)."""
     lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64], 8, 2
     T = sum(lengths)
     q, k, v = (_randn((T, h, D), dtype, 140 + i) for i, h in enumerate((H, Hkv, Hkv)))
@@ -383,15 +385,48 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
     dense = [_randn((2, 600, h, D), dtype, 150 + i) for i, h in enumerate((H, Hkv, Hkv))]
     for causal in (False, True):
         got = {}
-        for variant in ("v1", "v1.1", "v1.1-nopp"):
-            monkeypatch.setenv("FOLD_FWD_VARIANT", variant)
+        for variant in ("v1", "v1.1", "v1.1-nopp", "v1.2", "v1.2/1", "v1.2/3"):
+            name, _, ctas = variant.partition("/")
+            monkeypatch.setenv("FOLD_FWD_VARIANT", name)
+            if ctas:
+                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
             got[variant] = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+            monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
         monkeypatch.delenv("FOLD_FWD_VARIANT")
         default = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
         for variant, res in list(got.items()) + [("default", default)]:
             for (a_out, a_lse), (b_out, b_lse), kind in zip(got["v1"], res, ("varlen", "dense")):
                 _assert_bits(a_out, b_out, f"{variant} vs v1 {kind} out (causal={causal})")
                 _assert_bits(a_lse, b_lse, f"{variant} vs v1 {kind} lse (causal={causal})")
+
+
+@pytest.mark.parametrize("ctas", ["", "2"])
+def test_forward_v12_graph_capture(ctas, monkeypatch):
+    """v1.2's static tile schedule needs nothing reset between launches: a captured forward
+    replays twice with v1's bits (also with 2 CTAs walking every tile)."""
+    dtype, B, S, H, Hkv, D = torch.bfloat16, 3, 300, 4, 2, 128
+    q, k, v = (_randn((B, S, h, D), dtype, 160 + i) for i, h in enumerate((H, Hkv, Hkv)))
+    cu = None  # dense: the varlen host check reads cu_seqlens, which a capture forbids
+    monkeypatch.setenv("FOLD_FWD_VARIANT", "v1")
+    expect = _fwd(q, k, v, True, cu)
+    monkeypatch.setenv("FOLD_FWD_VARIANT", "v1.2")
+    if ctas:
+        monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture
+        _fwd(q, k, v, True, cu)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = _fwd(q, k, v, True, cu)
+    for rep in range(2):
+        out.zero_()
+        lse.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_bits(expect[0], out, f"graph replay {rep} out")
+        _assert_bits(expect[1], lse, f"graph replay {rep} lse")
 
 
 def test_runs_on_current_stream_and_graph_capture():
