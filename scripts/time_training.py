@@ -3,7 +3,12 @@ graphs, no arm rotation; use `python -m benchmarks.forward` / `backward` for rep
 figures). Prints TFLOP/s of fold's forward and backward next to torch SDPA (cuDNN).
 
     python3 scripts/time_training.py [B S H Hkv D]   (default 2 8192 32 8 128, causal)
+
+FOLD_BWD_VARIANT (v1, v1.1 = default, v1.2) is read by the library at every call, so
+`FOLD_BWD_VARIANT=v1.2 python3 scripts/time_training.py` times that backward variant; the
+variant is printed in the header. scripts/time_backward_variants.py compares them in one run.
 """
+import os
 import sys
 
 import torch
@@ -62,7 +67,9 @@ def main():
     def sdpa_bwd():
         torch.autograd.grad(sout, (qt, kt, vt), dt, retain_graph=True)
 
-    print(f"causal B={B} S={S} H={H}/{Hkv} D={D} bf16 (median of 10, warm L2)")
+    variant = os.environ.get("FOLD_BWD_VARIANT", "default (v1.1)")
+    print(f"causal B={B} S={S} H={H}/{Hkv} D={D} bf16 (median of 10, warm L2), "
+          f"FOLD_BWD_VARIANT={variant}")
     for name, fn, flops in (("fold fwd", fold_fwd, fwd_flops), ("fold bwd", fold_bwd, bwd_flops),
                             ("sdpa fwd", sdpa_fwd, fwd_flops), ("sdpa bwd", sdpa_bwd, bwd_flops)):
         t = timed(fn)

@@ -62,7 +62,8 @@ using tile::smem_addr;
 constexpr int kThreads = 256;  // two warpgroups
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+// kPipe (v1.2): dQ is software-pipelined by one pair, which needs two dS^T buffers.
+template <int D, bool kPipe = false>
 struct Sm90Cfg {
   static constexpr int kBm = backward_plan(D).block_m;
   static constexpr int kBn = backward_plan(D).block_n;
@@ -70,14 +71,15 @@ struct Sm90Cfg {
   static constexpr int kKBytes = kDBlocks * kBn * 128;
   static constexpr int kQBytes = kDBlocks * kBm * 128;
   static constexpr int kDsBytes = (kBm / 64) * kBn * 128;  // dS^T [row block][key][64 rows]
-  static constexpr int kStageLd = D + 8;                   // int32 words per staging row
+  static constexpr int kDsBufs = kPipe ? 2 : 1;
+  static constexpr int kStageLd = D + 8;  // int32 words per staging row
   static constexpr int kStageBytes = kBm * kStageLd * 4;
   // Byte offsets from the 1024-aligned base.
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kKBytes;
   static constexpr int kOffQdo = 2 * kKBytes;  // stage i: Q at + 2 i kQBytes, dO after it
   static constexpr int kOffDs = kOffQdo + 4 * kQBytes;
-  static constexpr int kOffStage = kOffDs + kDsBytes;
+  static constexpr int kOffStage = kOffDs + kDsBufs * kDsBytes;
   static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
   static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
   static constexpr int kBytes = kOffPin + 4 * 256 * 16;
@@ -151,7 +153,46 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
   }
 }
 
-template <int D, class Tag>
+// v1.2 (kPipe) helpers, outside the kernel so that v1's code is unchanged.
+// The dQ partial of a pair = dS K over the 128 keys (step 4), issued and committed, not
+// waited for. Both warpgroups issue the same shape (N = kDqN0; no branch on the warpgroup, so
+// ptxas keeps the wgmma pipeline): at D = 96 warpgroup 1 computes columns 64..127 of which
+// 96..127 (K's unused, never loaded tile columns) are dropped by pipe_stage_dq; every
+// column of a GEMM depends only on its own B column, so the kept ones are v1's bits.
+template <int D, class T>
+__device__ __forceinline__ void pipe_issue_dq(float (&acc)[Sm90Cfg<D, true>::kDqN0 / 2],
+                                              uint64_t desc_a, uint64_t desc_b) {
+  using Cfg = Sm90Cfg<D, true>;
+  hp::fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kBn / 16; ++ks)
+    hp::wgmma_ss<Cfg::kDqN0, T, 1, 1>(acc, desc_a + ks * 128, desc_b + ks * 128, ks > 0);
+  hp::commit();
+}
+
+// Step 5 of v1.2: the retired partial (thread rows row_t, row_t + 8, columns col_t + 8 j..)
+// scaled by 2^shift and rounded to int32 into the staging tile, exactly as v1's dq_pass;
+// columns col0 + 8 j >= D (D = 96, warpgroup 1) are not stored.
+template <int D>
+__device__ __forceinline__ void pipe_stage_dq(const float (&acc)[Sm90Cfg<D, true>::kDqN0 / 2],
+                                              int32_t *staging, int row_t, int col0, int col_t,
+                                              int shift) {
+  using Cfg = Sm90Cfg<D, true>;
+#pragma unroll
+  for (int j = 0; j < Cfg::kDqN0 / 8; ++j) {
+    if (Cfg::kDqN0 != Cfg::kDqN1 && col0 + 8 * j >= D) continue;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_t + 8 * i, col = col0 + col_t + 8 * j;
+      int2 units;
+      units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], shift));
+      units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], shift));
+      *reinterpret_cast<int2 *>(staging + row * Cfg::kStageLd + col) = units;
+    }
+  }
+}
+
+template <int D, class Tag, bool kPipe>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                          const fold_tensor_t v, const fold_tensor_t dout,
@@ -159,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
                          const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
                          uint32_t hb_end, uint32_t kb0) {
-  using Cfg = Sm90Cfg<D>;
+  using Cfg = Sm90Cfg<D, kPipe>;
   using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
   extern __shared__ unsigned char smem_raw[];
@@ -240,16 +281,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;
   int prev_h = -1;  // the pair whose dQ partial waits in the staging tile (none yet)
   int64_t prev_q0 = 0;
+
+  // v1.2 (kPipe): dQ is software-pipelined by one pair. The dQ GEMM of a pair is issued after
+  // its second barrier and left in flight across the loop's back edge (on dS^T buffer
+  // ds_buf; the next pair writes the other one); its fp32 partial is converted into the
+  // staging tile while the next pair's S^T wgmmas run, and pushed after the next pair's
+  // second barrier. Same GEMMs, same k-order, same conversion, same integer adds: v1's bits.
+  [[maybe_unused]] float dq_acc[Cfg::kDqN0 / 2];
+  [[maybe_unused]] int ds_buf = 0;
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+      if constexpr (kPipe) {
+        // v1.2: the previous pair's step 3 (its Q/dO stage is reloaded below) and dQ GEMM are
+        // done (queued right behind step 3 on the tensor pipe, so this wait costs little).
+        // (wait<1>, leaving the dQ GEMM in flight across the loop's back edge, made ptxas
+        // serialise the wgmmas: C7514, even without any read of an accumulator there.) The
+        // bulk reduce issued after the previous pair's second barrier has read the staging
+        // tile (rewritten after the barrier below).
+        hp::wait<0>();
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+        if (tid < kBm) hp::bulk_wait_read<0>();
+      }
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
-      // the other stage, the wgmma reads of both) and its dQ partial is in the staging tile.
+      // the other stage, the wgmma reads of both) and (v1) its dQ partial is in the staging
+      // tile.
       cp_async_wait_all();
       hp::fence_proxy_async();
       __syncthreads();
-      if (prev_h >= 0) push_dq(prev_h, prev_q0);
-      prev_h = h;
-      prev_q0 = q0;
+      if constexpr (!kPipe) {
+        if (prev_h >= 0) push_dq(prev_h, prev_q0);
+        prev_h = h;
+        prev_q0 = q0;
+      }
       {
         int next_h = h;
         int64_t next_q0 = q0 + kBm;
@@ -290,6 +354,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
           }
           hp::commit();
+          if constexpr (kPipe) {
+            // v1.2: the previous pair's dQ partial (retired at the loop's top; in a later
+            // sub-block: step 3 of the previous one) goes to the staging tile while S^T's
+            // wgmmas run. Unconditional wait (no divergent path around the wgmma pipeline); on
+            // the first pair the staging tile gets unused values, never pushed.
+            hp::wait<1>();
+            hp::fence_operands(dq_acc);
+            if (sub == 0) {
+              pipe_stage_dq<D>(dq_acc, staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq,
+                               gs.s - gs.t);
+            }
+            hp::fence();  // registers touched between the S^T and dP^T issues
+          }
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks) {
             const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
@@ -384,7 +461,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int key = key_l + 8 * i, row = 8 * j + 2 * tq;  // row within the sub-block
             const int off =
                 sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
-            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + off) = df[j >> 1][(j & 1) * 2 + i];
+            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs +
+                                          (kPipe ? ds_buf * Cfg::kDsBytes : 0) + off) =
+                df[j >> 1][(j & 1) * 2 + i];
           }
 
         // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
@@ -402,6 +481,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
+      if constexpr (kPipe) {
+        // v1.2: dS^T complete; the previous pair's dQ partial is in the staging tile (fenced
+        // above): push it, then issue this pair's dQ GEMM and leave it in flight.
+        __syncthreads();
+        if (prev_h >= 0) push_dq(prev_h, prev_q0);
+        prev_h = h;
+        prev_q0 = q0;
+        pipe_issue_dq<D, T>(
+            dq_acc, dq_desc_a + static_cast<uint64_t>((ds_buf * Cfg::kDsBytes) >> 4), dq_desc_b);
+        ds_buf ^= 1;
+        continue;
+      }
       // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
       // staging tile; both halves of dS^T are in.
       if (tid < kBm) hp::bulk_wait_read<0>();
@@ -437,6 +528,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
       hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
     }
+  }
+  if constexpr (kPipe) {
+    // v1.2: the last pair's dQ GEMM; the staging tile is free once the bulk reduce of the pair
+    // before it has read it.
+    hp::wait<0>();
+    hp::fence_operands(dq_acc);
+    hp::fence_operands(dv_acc);
+    hp::fence_operands(dk_acc);
+    if (tid < kBm) hp::bulk_wait_read<0>();
+    __syncthreads();
+    pipe_stage_dq<D>(dq_acc, staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
+    hp::fence_proxy_async();
   }
   __syncthreads();
   push_dq(prev_h, prev_q0);
@@ -483,12 +586,13 @@ int sm_count(int device) {
   return n;
 }
 
-template <int D, class Tag>
+template <int D, class Tag, bool kPipe>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
-                 int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, cudaStream_t stream) {
-  using Cfg = Sm90Cfg<D>;
-  auto kernel = backward_sm90_kernel<D, Tag>;
+                 int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order,
+                 cudaStream_t stream) {
+  using Cfg = Sm90Cfg<D, kPipe>;
+  auto kernel = backward_sm90_kernel<D, Tag, kPipe>;
   // Once per device and instantiation, so that a later call can be captured in a graph.
   static std::atomic<uint64_t> configured{0};
   int device = 0;
@@ -507,14 +611,14 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   // may be short, by fewer hb than there are chunks (those CTAs return at once).
   // FOLD_BWD_VARIANT=v1: v1's order (one chunk); FOLD_BWD_HB_CHUNK=n sets the target chunk
   // (for sweeps on the GPU). Scheduling only: the bits are the same for every choice.
+  // (v1.2, kPipe, uses v1.1's chunks.)
   const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
   if (n_hb == 0 || n_kb == 0) return;
   int64_t target = (2 * sm_count(device) + n_kb - 1) / n_kb;
   if (const char *env = std::getenv("FOLD_BWD_HB_CHUNK"); env != nullptr && std::atoll(env) > 0)
     target = std::atoll(env);
-  if (const char *env = std::getenv("FOLD_BWD_VARIANT"); env != nullptr && std::string(env) == "v1")
-    target = n_hb;
+  if (v1_order) target = n_hb;
   // Grid limits: x < 2^31, y and z <= 65535; a larger item space runs as several launches of
   // the same kernel, so every batch size takes this path.
   constexpr int64_t kMaxX = 0x7fffffff, kMaxYZ = 65535;
@@ -534,6 +638,22 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
     }
 }
 
+// FOLD_BWD_VARIANT (read at every call): "v1" = v1 (kernel and order), "v1.2" = v1.2 (dQ
+// pipelined by one pair, kPipe) with v1.1's order, anything else = v1.1 (the default).
+template <int D, class Tag>
+void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
+                         fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
+                         const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
+                         cudaStream_t stream) {
+  const char *env = std::getenv("FOLD_BWD_VARIANT");
+  const std::string variant = env != nullptr ? env : "";
+  if (variant == "v1.2")
+    launch_sm90<D, Tag, true>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, false, stream);
+  else
+    launch_sm90<D, Tag, false>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv,
+                               variant == "v1", stream);
+}
+
 template <class Tag>
 bool launch_sm90_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                      fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
@@ -541,13 +661,13 @@ bool launch_sm90_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
                      cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      launch_sm90<64, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      launch_sm90_variant<64, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
       return true;
     case 96:
-      launch_sm90<96, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      launch_sm90_variant<96, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
       return true;
     case 128:
-      launch_sm90<128, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
+      launch_sm90_variant<128, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, stream);
       return true;
     default:
       return false;
