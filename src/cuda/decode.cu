@@ -18,6 +18,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/float_bits.h"
@@ -408,9 +410,13 @@ __global__ void __launch_bounds__(kThreads)
   ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
   const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
-  if (L <= 0) return;
   const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The guard state of the group, cleared for the v2 combine (which ORs into it from several
+  // blocks); v1's combine overwrites it.
+  for (int g = tid; g < G; g += blockDim.x) ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
+  if (tid == 0) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
+  if (L <= 0) return;
   if (tid < kHeavyKeys)
     s_heavy[tid] = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
   __syncthreads();
@@ -535,12 +541,18 @@ __global__ void __launch_bounds__(kThreads)
 // T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
 constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64
+// Row stride (floats) of the chunk's weight buffers w and pe. v2 pads a row by 4 floats so
+// that the row-sum threads (one per row, float4 loads) hit distinct banks.
+template <bool V2>
+__host__ __device__ constexpr int weight_stride() {
+  return V2 ? kChunk + 4 : kChunk;
+}
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
 __host__ __device__ inline size_t split_smem_bytes(int G, int D) {
   return static_cast<size_t>(2) * 64 * 2 * D           // value stages
          + static_cast<size_t>(G) * D * 4              // N
-         + 2u * G * kChunk * 4                         // weights w, pe
+         + 2u * G * (kChunk + 4) * 4                   // weights w, pe (v2 row stride)
          + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
          + (8u + kPagesPerSplit) * G * 4;              // per-row values, page cut masses
 }
@@ -601,7 +613,8 @@ __device__ __forceinline__ void stage_values(const unsigned char *row, int D, in
 
 struct PvArgs {
   float *ns;
-  const float *w;
+  const float *w;  // [G][wst]
+  int wst;
   const unsigned char *stage;
   const int *flags;
   uint64_t live_mask;
@@ -613,7 +626,7 @@ struct PvArgs {
 
 // N[g0 + r][4 c4 .. 4 c4 + 3] (r < R) += w[g0 + r][k] * v[k][...] over the chunk's live keys
 // in index order (dense: every present key), one fma per column.
-template <int R, bool kDense>
+template <int R, bool kDense, bool V2>
 __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
   float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
   float4 acc[R];
@@ -625,7 +638,7 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
                  a.vexp, a.pf16, v);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float wk = a.w[(g0 + r) * kChunk + k];
+      const float wk = a.w[(g0 + r) * a.wst + k];
       acc[r].x = fma_rn(wk, v[0], acc[r].x);
       acc[r].y = fma_rn(wk, v[1], acc[r].y);
       acc[r].z = fma_rn(wk, v[2], acc[r].z);
@@ -644,11 +657,12 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
 
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
-template <int NP>
+template <int NP, bool V2>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
   constexpr int D = 64 * NP;
+  constexpr int WS = weight_stride<V2>();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_flags[kChunk];
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
@@ -667,9 +681,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   unsigned char *stage = smem;  // [2][64][2D]
   float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);
   float *w = ns + G * D;
-  float *pe = w + G * kChunk;
+  float *pe = w + G * WS;
   // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
-  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * kChunk);
+  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * WS);
   const int nrb = (G + 7) / 8;
   float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
@@ -792,7 +806,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
             vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0) |
                       (v8 && sa >= thr_vref[r] ? 4 : 0))
                      << (3 * j);
-            w[r * kChunk + 8 * warp + 2 * mt + j] = sa;
+            w[r * WS + 8 * warp + 2 * mt + j] = sa;
           }
         }
       }
@@ -832,9 +846,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       if (more) {
         stage_chunk(j0 + kChunk, st ^ 1);
         load_planes(j0 + kChunk, ka_n, kb_n, sk_n, true);
-        cp_async_wait<1>();
+        if (!V2) cp_async_wait<1>();
       } else {
-        cp_async_wait<0>();
+        if (!V2) cp_async_wait<0>();
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
@@ -862,9 +876,11 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       }
       cp_async_commit();
       if (more) load_planes(j0 + kChunk, ka_n, kb_n, sk_n, false);
-      cp_async_wait<0>();
+      if (!V2) cp_async_wait<0>();
     }
-    __syncthreads();
+    // v2: no barrier here. The weights read only what this thread wrote (its coarse logits
+    // in w) and its own registers; the gathers stay in flight until the row sums need them.
+    if (!V2) __syncthreads();
     // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
     // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
     const bool any_refine = __any_sync(0xffffffffu, refine);
@@ -894,7 +910,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
-          const int e = r * kChunk + 8 * warp + 2 * mt + j;
+          const int e = r * WS + 8 * warp + 2 * mt + j;
           if (mlive[j]) {
             const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
                                                    logit_multiplier(sq[r], skj[j], 16 + log2d))
@@ -908,14 +924,22 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         }
       }
     }
+    if (V2) {  // this thread's copies of the chunk (dense: the next chunk's stay in flight)
+      if (dense && more)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+    }
     __syncthreads();
     const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8);
     const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8) != 0;
     // T, T_lse and the cut mass: thread per row, keys in index order; a page's cut mass
     // goes out when the next page starts.
     const bool new_page = j0 > s0 && j0 % P == 0;
+    // Row g's sums (cut included) belong to one thread: tid = g (v1), kThreads - 1 - g (v2).
+    const int g_first = V2 ? kThreads - 1 - tid : tid;
     if (new_page && page_has_cut) {
-      for (int g = tid; g < G; g += blockDim.x) {
+      for (int g = g_first; g < G; g += kThreads) {
         page_cut[n_pages * G + g] = cut[g];
         cut[g] = 0.0f;
       }
@@ -924,38 +948,78 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     }
     if (new_page) page_has_cut = false;
     page_has_cut = page_has_cut || chunk_cut;
-    for (int g = tid; g < G; g += blockDim.x) {
-      float t = ts[g], tl = tlse[g], cu = cut[g];
-      for (int k = 0; k < nk; ++k) {
-        const float wv = w[g * kChunk + k];
-        if (s_flags[k] & kFlagLive) {
-          t = add_rn(t, wv);
-          tl = add_rn(tl, pe[g * kChunk + k]);
-        } else {
-          cu = add_rn(cu, wv);
+    if (!V2) {
+      for (int g = tid; g < G; g += blockDim.x) {
+        float t = ts[g], tl = tlse[g], cu = cut[g];
+        for (int k = 0; k < nk; ++k) {
+          const float wv = w[g * WS + k];
+          if (s_flags[k] & kFlagLive) {
+            t = add_rn(t, wv);
+            tl = add_rn(tl, pe[g * WS + k]);
+          } else {
+            cu = add_rn(cu, wv);
+          }
         }
+        ts[g] = t;
+        tlse[g] = tl;
+        cut[g] = cu;
       }
-      ts[g] = t;
-      tlse[g] = tl;
-      cut[g] = cu;
+    } else {
+      // v2: the same sums (keys in index order, live to T and T_lse, cut to the cut mass),
+      // by the block's last threads (idle in the value product when it has fewer items than
+      // threads), float4 loads from the padded rows, liveness from the chunk's mask.
+      for (int g = g_first; g < G; g += kThreads) {
+        float t = ts[g], tl = tlse[g], cu = cut[g];
+        const float4 *w4 = reinterpret_cast<const float4 *>(w + g * WS);
+        const float4 *p4 = reinterpret_cast<const float4 *>(pe + g * WS);
+        const int nk4 = nk & ~3;
+#pragma unroll 2
+        for (int k = 0; k < nk4; k += 4) {
+          const float4 wv = w4[k / 4], pv = p4[k / 4];
+          const unsigned int lm = static_cast<unsigned int>(live_mask >> k) & 15u;
+          const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, pa4[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if ((lm >> i) & 1u) {
+              t = add_rn(t, wa[i]);
+              tl = add_rn(tl, pa4[i]);
+            } else {
+              cu = add_rn(cu, wa[i]);
+            }
+          }
+        }
+        for (int k = nk4; k < nk; ++k) {
+          const float wv = w[g * WS + k];
+          if ((live_mask >> k) & 1ull) {
+            t = add_rn(t, wv);
+            tl = add_rn(tl, pe[g * WS + k]);
+          } else {
+            cu = add_rn(cu, wv);
+          }
+        }
+        ts[g] = t;
+        tlse[g] = tl;
+        cut[g] = cu;
+      }
     }
     // N: thread per (R rows, 4 columns), live keys in index order (the value is converted
     // once for the R rows: half the shared reads and conversions at R = 2).
     const unsigned char *stg = stage + st * 64 * vrow;
-    const PvArgs pa{ns, w, stg, s_flags, live_mask, nk, D, static_cast<int>(vrow), v8, vexp, pf16};
+    const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
+                    v8, vexp, pf16};
     if (G % 2 == 0) {
       for (int e = tid; e < (G / 2) * (D / 4); e += blockDim.x) {
         if (dense)
-          pv_rows<2, true>(pa, 2 * (e / (D / 4)), e % (D / 4));
+          pv_rows<2, true, V2>(pa, 2 * (e / (D / 4)), e % (D / 4));
         else
-          pv_rows<2, false>(pa, 2 * (e / (D / 4)), e % (D / 4));
+          pv_rows<2, false, V2>(pa, 2 * (e / (D / 4)), e % (D / 4));
       }
     } else {
       for (int e = tid; e < G * (D / 4); e += blockDim.x) {
         if (dense)
-          pv_rows<1, true>(pa, e / (D / 4), e % (D / 4));
+          pv_rows<1, true, V2>(pa, e / (D / 4), e % (D / 4));
         else
-          pv_rows<1, false>(pa, e / (D / 4), e % (D / 4));
+          pv_rows<1, false, V2>(pa, e / (D / 4), e % (D / 4));
       }
     }
     if (more) {
@@ -1127,11 +1191,87 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// v2 combine: grid (Hkv, B, ceil(G D / 256)), thread per (row, column) of the group. Every
+// block sums T and T_lse of all G rows (splits in order: the same values in every block),
+// its element's N over the splits in order, and writes o. Guard: rows outside the window
+// or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
+// group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
+// pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
+__global__ void __launch_bounds__(kThreads)
+    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                           const fold_tensor_t out, float *lse, const int pass) {
+  __shared__ float s_t[64], s_tl[64];
+  const int hk = blockIdx.x, b = blockIdx.y, zb = blockIdx.z;
+  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
+  const int32_t L = c.lengths[b];
+  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  uint16_t *o = static_cast<uint16_t *>(out.data);
+  const int e = zb * kThreads + tid;  // (row, column) = (e / D, e % D)
+  if (pass == 0) {
+    if (L <= 0) {
+      if (e < G * D) o[b * out.batch_stride + (hk * G + e / D) * out.head_stride + e % D] = 0;
+      if (lse != nullptr && zb == 0)
+        for (int g = tid; g < G; g += blockDim.x) lse[row0 + g] = __uint_as_float(0xff800000u);
+      return;
+    }
+  } else if (L <= 0 || ws.flag[grp] == 0) {
+    return;
+  }
+  const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
+  const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
+  // N of this thread's element first (its loads in flight while the row sums run).
+  float n = 0.0f;
+  if (e < G * D) {
+    const float *pn = ws.part_n + ((row0 + e / D) * S) * D + e % D;
+#pragma unroll 16
+    for (int s = 0; s < nsplit; ++s) n = add_rn(n, pn[static_cast<int64_t>(s) * D]);
+  }
+  for (int g = tid; g < G; g += blockDim.x) {
+    float t = 0.0f, tl = 0.0f;
+    const float *pt = ws.part_t + (row0 + g) * S, *ptl = ws.part_tl + (row0 + g) * S;
+#pragma unroll 16
+    for (int s = 0; s < nsplit; ++s) {
+      t = add_rn(t, pt[s]);
+      tl = add_rn(tl, ptl[s]);
+    }
+    s_t[g] = t;
+    s_tl[g] = tl;
+    if (pass == 0 && zb == 0 &&
+        !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) {
+      atomicOr(&ws.bad[row0 + g], 1);
+      atomicOr(&ws.flag[grp], 1);
+    }
+  }
+  __syncthreads();
+  if (e < G * D) {
+    const int g = e / D, d = e % D;
+    if (pass == 0 && !isfinite(n)) {
+      atomicOr(&ws.bad[row0 + g], 1);
+      atomicOr(&ws.flag[grp], 1);
+    }
+    const float t = s_t[g];
+    const bool ok = t > 0.0f && isfinite(t);
+    float r = ok ? div_rn(n, t) : 0.0f;
+    r = isfinite(r) ? r : 0.0f;
+    o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
+  }
+  if (lse != nullptr && zb == 0)
+    for (int g = tid; g < G; g += blockDim.x) {
+      const float t = s_t[g];
+      const bool ok = t > 0.0f && isfinite(t);
+      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g])))
+                         : __uint_as_float(0xff800000u);
+    }
+}
+
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
 // grid (Hkv, B).
+// v2_stats: the pass-0 read statistics of the group (v1's combine adds them itself).
 __global__ void __launch_bounds__(kThreads)
-    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws) {
+    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          const int v2_stats, int64_t *stats) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -1139,10 +1279,27 @@ __global__ void __launch_bounds__(kThreads)
   const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
-  if (L <= 0 || ws.flag[grp] == 0) return;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
-  const int log2d = log2_pow2(D);
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  if (v2_stats && L > 0 && tid == 0) {  // as decode_combine_kernel's pass 0
+    int nbad = 0;
+    for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
+    const unsigned long long *gc = ws.gcnt + grp * 5;
+    stat_add(stat_ptr(stats, kRows), G);
+    if (nbad > 0) {
+      stat_add(stat_ptr(stats, kFixupRows), nbad);
+      stat_add(stat_ptr(stats, kBytes),
+               static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
+    } else {
+      stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
+      stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
+      stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
+      stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
+      stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
+    }
+  }
+  if (L <= 0 || ws.flag[grp] == 0) return;
+  const int log2d = log2_pow2(D);
   for (int g = 0; g < G; ++g) {
     if (ws.bad[row0 + g] == 0) continue;  // uniform
     if (tid < D) {
@@ -1248,9 +1405,14 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     decode_front_kernel<8><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
-  auto split = c.head_dim == 64    ? decode_split_kernel<1>
-               : c.head_dim == 128 ? decode_split_kernel<2>
-                                   : decode_split_kernel<4>;
+  // FOLD_DECODE_VARIANT=v1 (read per call; a captured graph keeps the variant it captured)
+  // selects the v1 split and combine kernels (notes/decode.md section 10).
+  const char *variant = std::getenv("FOLD_DECODE_VARIANT");
+  const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
+  auto split =
+      c.head_dim == 64    ? (v1 ? decode_split_kernel<1, false> : decode_split_kernel<1, true>)
+      : c.head_dim == 128 ? (v1 ? decode_split_kernel<2, false> : decode_split_kernel<2, true>)
+                          : (v1 ? decode_split_kernel<4, false> : decode_split_kernel<4, true>);
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem)),
@@ -1259,10 +1421,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   for (int pass = 0; pass < 2; ++pass) {
     split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
     check(cudaGetLastError(), "decode_split_kernel launch");
-    decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
+    if (v1) {
+      decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
+    } else {
+      const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
+      decode_combine2_kernel<<<cgrid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass);
+    }
     check(cudaGetLastError(), "decode_combine_kernel launch");
     if (pass == 0) {
-      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws);
+      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, v1 ? 0 : 1, stats);
       check(cudaGetLastError(), "decode_fixup_z_kernel launch");
     }
   }
