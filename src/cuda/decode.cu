@@ -655,6 +655,107 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
   for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
 }
 
+// v2 value product for bf16 / fp16 values (no v8): the same fma per key and column in the
+// same order as pv_rows, with the value format fixed at compile time (v1's loop carried
+// the v8 and fp16 decoders inline: ~200 SASS instructions per key, most of them branches
+// around unused paths) and, for dense chunks, the weights of 4 keys in one float4 load.
+template <int R, bool kDense, bool F16>
+__device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  const unsigned char *col = a.stage + 8 * c4;
+  auto step = [&](int k, const float(&wk)[R]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(col + k * a.vrow);
+    float v[4];
+    if (F16) {
+      v[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x & 0xffffu)));
+      v[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x >> 16)));
+      v[2] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y & 0xffffu)));
+      v[3] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y >> 16)));
+    } else {
+      v[0] = __uint_as_float(u.x << 16);
+      v[1] = __uint_as_float(u.x & 0xffff0000u);
+      v[2] = __uint_as_float(u.y << 16);
+      v[3] = __uint_as_float(u.y & 0xffff0000u);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r].x = fma_rn(wk[r], v[0], acc[r].x);
+      acc[r].y = fma_rn(wk[r], v[1], acc[r].y);
+      acc[r].z = fma_rn(wk[r], v[2], acc[r].z);
+      acc[r].w = fma_rn(wk[r], v[3], acc[r].w);
+    }
+  };
+  if (kDense) {
+    const int nk4 = a.nk & ~3;
+#pragma unroll 1
+    for (int k = 0; k < nk4; k += 4) {
+      float4 w4[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        w4[r] = *reinterpret_cast<const float4 *>(a.w + (g0 + r) * a.wst + k);
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].x;
+      step(k, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].y;
+      step(k + 1, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].z;
+      step(k + 2, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].w;
+      step(k + 3, wk);
+    }
+    for (int k = nk4; k < a.nk; ++k) {
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
+      step(k, wk);
+    }
+  } else {
+    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) {
+      const int k = __ffsll(static_cast<long long>(m)) - 1;
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
+      step(k, wk);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
+// Every (R rows, 4 columns) item of the value product, by the v2 loop when the values are
+// bf16 / fp16, else (v8, or v1) by pv_rows.
+template <int R, bool V2>
+__device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16) {
+  const int n = (G / R) * (a.D / 4);
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    const int g0 = R * (e / (a.D / 4)), c4 = e % (a.D / 4);
+    if (V2 && !v8) {
+      if (f16) {
+        if (dense)
+          pv_rows_16<R, true, true>(a, g0, c4);
+        else
+          pv_rows_16<R, false, true>(a, g0, c4);
+      } else {
+        if (dense)
+          pv_rows_16<R, true, false>(a, g0, c4);
+        else
+          pv_rows_16<R, false, false>(a, g0, c4);
+      }
+    } else if (dense) {
+      pv_rows<R, true, V2>(a, g0, c4);
+    } else {
+      pv_rows<R, false, V2>(a, g0, c4);
+    }
+  }
+}
+
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
 template <int NP, bool V2>
@@ -1007,21 +1108,10 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     const unsigned char *stg = stage + st * 64 * vrow;
     const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
                     v8, vexp, pf16};
-    if (G % 2 == 0) {
-      for (int e = tid; e < (G / 2) * (D / 4); e += blockDim.x) {
-        if (dense)
-          pv_rows<2, true, V2>(pa, 2 * (e / (D / 4)), e % (D / 4));
-        else
-          pv_rows<2, false, V2>(pa, 2 * (e / (D / 4)), e % (D / 4));
-      }
-    } else {
-      for (int e = tid; e < G * (D / 4); e += blockDim.x) {
-        if (dense)
-          pv_rows<1, true, V2>(pa, e / (D / 4), e % (D / 4));
-        else
-          pv_rows<1, false, V2>(pa, e / (D / 4), e % (D / 4));
-      }
-    }
+    if (G % 2 == 0)
+      pv_items<2, V2>(pa, G, dense, v8, pf16);
+    else
+      pv_items<1, V2>(pa, G, dense, v8, pf16);
     if (more) {
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
