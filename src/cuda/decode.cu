@@ -395,7 +395,7 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
 // (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
-template <int E>
+template <int E, bool V2>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats) {
@@ -501,11 +501,32 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();
         const float w = div_rn(static_cast<float>(sh.m - kZTopUnweighted),
                                static_cast<float>(kZStrata - kZTopUnweighted));
+        if (!V2) {
+#pragma unroll
+          for (int k = 0; k < kZSlots / 32; ++k) {
+            const int i = lane + 32 * k;
+            if (i >= first_stratum && i < n &&
+                stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
+              v[k] = mul_rn(v[k], w);
+          }
+        }
+        // v2: stratum_rank of every slot of the lane at once: one pass over the strata, each
+        // value compared with the lane's 8 (the same counts, ~2x fewer instructions than a
+        // pass per slot).
+        int above[kZSlots / 32];  // (v1: unused, the pass below is skipped)
+#pragma unroll
+        for (int k = 0; k < kZSlots / 32; ++k) above[k] = 0;
+#pragma unroll 4
+        for (int j = V2 ? first_stratum : n; j < n; ++j) {
+          const float xj = x[j];
+#pragma unroll
+          for (int k = 0; k < kZSlots / 32; ++k)
+            above[k] += (xj > v[k] || (xj == v[k] && j < lane + 32 * k)) ? 1 : 0;
+        }
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
-          if (i >= first_stratum && i < n &&
-              stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
+          if (V2 && i >= first_stratum && i < n && above[k] >= kZTopUnweighted)
             v[k] = mul_rn(v[k], w);
         }
       }
@@ -659,7 +680,7 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
 // same order as pv_rows, with the value format fixed at compile time (v1's loop carried
 // the v8 and fp16 decoders inline: ~200 SASS instructions per key, most of them branches
 // around unused paths) and, for dense chunks, the weights of 4 keys in one float4 load.
-template <int R, bool kDense, bool F16>
+template <int R, bool kDense, bool F16, int kUnroll>
 __device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
   float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
   float4 acc[R];
@@ -690,7 +711,8 @@ __device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
   };
   if (kDense) {
     const int nk4 = a.nk & ~3;
-#pragma unroll 1
+    // kUnroll 1 at D 128 (the compiler's unrolling spilled there), its own choice else.
+#pragma unroll kUnroll
     for (int k = 0; k < nk4; k += 4) {
       float4 w4[R];
 #pragma unroll
@@ -731,7 +753,7 @@ __device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
 
 // Every (R rows, 4 columns) item of the value product, by the v2 loop when the values are
 // bf16 / fp16, else (v8, or v1) by pv_rows.
-template <int R, bool V2>
+template <int R, bool V2, int kUnroll>
 __device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16) {
   const int n = (G / R) * (a.D / 4);
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
@@ -739,14 +761,14 @@ __device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, boo
     if (V2 && !v8) {
       if (f16) {
         if (dense)
-          pv_rows_16<R, true, true>(a, g0, c4);
+          pv_rows_16<R, true, true, kUnroll>(a, g0, c4);
         else
-          pv_rows_16<R, false, true>(a, g0, c4);
+          pv_rows_16<R, false, true, kUnroll>(a, g0, c4);
       } else {
         if (dense)
-          pv_rows_16<R, true, false>(a, g0, c4);
+          pv_rows_16<R, true, false, kUnroll>(a, g0, c4);
         else
-          pv_rows_16<R, false, false>(a, g0, c4);
+          pv_rows_16<R, false, false, kUnroll>(a, g0, c4);
       }
     } else if (dense) {
       pv_rows<R, true, V2>(a, g0, c4);
@@ -1109,9 +1131,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
                     v8, vexp, pf16};
     if (G % 2 == 0)
-      pv_items<2, V2>(pa, G, dense, v8, pf16);
+      pv_items<2, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16);
     else
-      pv_items<1, V2>(pa, G, dense, v8, pf16);
+      pv_items<1, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16);
     if (more) {
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -1484,21 +1506,27 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     const AppendArgs a{-1, 1, k_step, v_step, stats};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
+  // FOLD_DECODE_VARIANT=v1 (read per call; a captured graph keeps the variant it captured)
+  // selects the v1 front, split and combine kernels (notes/decode.md section 10).
+  const char *variant = std::getenv("FOLD_DECODE_VARIANT");
+  const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   const dim3 group_grid(c.n_kv_heads, c.batch);
   if (c.head_dim == 64)
-    decode_front_kernel<2><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<2, false>
+        : decode_front_kernel<2, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   else if (c.head_dim == 128)
-    decode_front_kernel<4><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<4, false>
+        : decode_front_kernel<4, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   else
-    decode_front_kernel<8><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<8, false>
+        : decode_front_kernel<8, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
-  // FOLD_DECODE_VARIANT=v1 (read per call; a captured graph keeps the variant it captured)
-  // selects the v1 split and combine kernels (notes/decode.md section 10).
-  const char *variant = std::getenv("FOLD_DECODE_VARIANT");
-  const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
   auto split =
       c.head_dim == 64    ? (v1 ? decode_split_kernel<1, false> : decode_split_kernel<1, true>)
       : c.head_dim == 128 ? (v1 ? decode_split_kernel<2, false> : decode_split_kernel<2, true>)
