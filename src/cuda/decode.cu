@@ -751,10 +751,48 @@ __device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
   for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
 }
 
+// v2 value product for v8 values over a depth chunk's live keys: v8_value's operations (plane A,
+// plus plane B / 8 when the key is v-refined, times 2^vexp) with the E4M3 decode read from a
+// 256-entry table of e4m3_to_float (built in shared memory by the same function, so the same
+// floats) and 2^vexp hoisted; same fma order as pv_rows.
+template <int R>
+__device__ __forceinline__ void pv_rows_v8(const PvArgs &a, int g0, int c4, const float *lut) {
+  const float sx = exp2i(a.vexp);  // v8_value's 2^x
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  auto step = [&](int k) {
+    const unsigned char *row = a.stage + k * a.vrow;
+    const bool vref = (a.flags[k] & kFlagVRefine) != 0;
+    const uint32_t av = *reinterpret_cast<const uint32_t *>(row + 4 * c4);
+    const uint32_t bw = vref ? *reinterpret_cast<const uint32_t *>(row + a.D + 4 * c4) : 0u;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float u = lut[(av >> (8 * i)) & 255u];
+      if (vref) u = add_rn(u, mul_rn(lut[(bw >> (8 * i)) & 255u], 0.125f));
+      v[i] = mul_rn(u, sx);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float wk = a.w[(g0 + r) * a.wst + k];
+      acc[r].x = fma_rn(wk, v[0], acc[r].x);
+      acc[r].y = fma_rn(wk, v[1], acc[r].y);
+      acc[r].z = fma_rn(wk, v[2], acc[r].z);
+      acc[r].w = fma_rn(wk, v[3], acc[r].w);
+    }
+  };
+  for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
 // Every (R rows, 4 columns) item of the value product, by the v2 loop when the values are
 // bf16 / fp16, else (v8, or v1) by pv_rows.
 template <int R, bool V2, int kUnroll>
-__device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16) {
+__device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16,
+                                         const float *lut) {
   const int n = (G / R) * (a.D / 4);
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
     const int g0 = R * (e / (a.D / 4)), c4 = e % (a.D / 4);
@@ -770,6 +808,13 @@ __device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, boo
         else
           pv_rows_16<R, false, false, kUnroll>(a, g0, c4);
       }
+    } else if (V2) {
+      // Depth chunks only: in a dense chunk (the next chunk's planes live in registers) this
+      // loop spilled at D 128, so dense v8 keeps pv_rows.
+      if (dense)
+        pv_rows<R, true, V2>(a, g0, c4);
+      else
+        pv_rows_v8<R>(a, g0, c4, lut);
     } else if (dense) {
       pv_rows<R, true, V2>(a, g0, c4);
     } else {
@@ -791,6 +836,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ int s_keys, s_live, s_ref, s_vref;
+  __shared__ float s_e4m3[V2 ? 256 : 1];  // v2, v8: e4m3_to_float of every byte
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -845,6 +891,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   if (v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
     vexp = x == kVExpUnset ? 0 : x;
+    if (V2)
+      for (int i = tid; i < 256; i += blockDim.x)
+        s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
   }
   const size_t vrow = 2 * D;  // bytes of a stage row
 
@@ -1131,9 +1180,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
                     v8, vexp, pf16};
     if (G % 2 == 0)
-      pv_items<2, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16);
+      pv_items<2, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
     else
-      pv_items<1, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16);
+      pv_items<1, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
     if (more) {
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
