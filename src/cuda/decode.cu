@@ -837,6 +837,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ int s_keys, s_live, s_ref, s_vref;
   __shared__ float s_e4m3[V2 ? 256 : 1];  // v2, v8: e4m3_to_float of every byte
+  __shared__ int64_t s_rowbase[V2 ? kSplitKeys / kChunk : 1];  // v2: cache row of each chunk
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -897,11 +898,18 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   }
   const size_t vrow = 2 * D;  // bytes of a stage row
 
+  // The cache row of the chunk at j0 (its keys are consecutive rows). v2: read from the
+  // split's table (one page-table lookup and division per chunk, not one per use and thread).
+  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
+  if (V2 && tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  auto chunk_row = [&](int32_t j0) {
+    return V2 && j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
+  };
   // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
   auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, float &sk, bool with_b) {
     const int nk = min(kChunk, s1 - j0);
     if (kq < nk) {
-      const int64_t r = key_row(c, b, hk, j0) + kq;
+      const int64_t r = chunk_row(j0) + kq;
       const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + r * D);
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
@@ -920,7 +928,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
   auto stage_chunk = [&](int32_t j0, int st) {
     const int nk = min(kChunk, s1 - j0);
-    const int64_t rb = key_row(c, b, hk, j0);
+    const int64_t rb = chunk_row(j0);
     unsigned char *dst = stage + st * 64 * vrow;
     constexpr int pieces = 2 * D / 16;  // per key
     for (int e = tid; e < nk * pieces; e += blockDim.x) {
@@ -946,7 +954,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 
   int n_pages = 0;
   bool page_has_cut = false;
-  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
   for (int ci = 0; ci < nchunks; ++ci) {
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
@@ -1025,7 +1032,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
       // chunk, then start the next chunk's plane A.
-      const int64_t r = key_row(c, b, hk, j0) + kq;
+      const int64_t r = chunk_row(j0) + kq;
       if (refine) {
         const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + r * D);
 #pragma unroll
