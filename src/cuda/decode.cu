@@ -9,6 +9,11 @@
 // accumulator owned by one thread, keys in index order), so planes, scales, Z, verdicts
 // and N/T match the CPU reference bit for bit.
 //
+// v2 (default; FOLD_DECODE_VARIANT=v1 runs v1, read per call): the same orders, with the
+// value product's format fixed at compile time, the row sums on otherwise idle threads, one
+// barrier less per chunk, a combine over (row, column) blocks and a one-pass stratum rank in
+// the front (notes/decode.md section 10, "v2").
+//
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
 //    lengths]  front  decode(pass 0)  combine(pass 0: guard flags)  fixup_z  decode(pass 1)
