@@ -9,6 +9,11 @@
 // accumulator owned by one thread, keys in index order), so planes, scales, Z, verdicts
 // and N/T match the CPU reference bit for bit.
 //
+// v2 (default; FOLD_DECODE_VARIANT=v1 runs v1, read per call): the same orders, with the
+// value product's format fixed at compile time, the row sums on otherwise idle threads, one
+// barrier less per chunk, a combine over (row, column) blocks and a one-pass stratum rank in
+// the front (notes/decode.md section 10, "v2").
+//
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
 //    lengths]  front  decode(pass 0)  combine(pass 0: guard flags)  fixup_z  decode(pass 1)
@@ -18,6 +23,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/float_bits.h"
@@ -393,7 +400,7 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
 // (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
-template <int E>
+template <int E, bool V2>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats) {
@@ -408,9 +415,13 @@ __global__ void __launch_bounds__(kThreads)
   ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
   const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
-  if (L <= 0) return;
   const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The guard state of the group, cleared for the v2 combine (which ORs into it from several
+  // blocks); v1's combine overwrites it.
+  for (int g = tid; g < G; g += blockDim.x) ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
+  if (tid == 0) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
+  if (L <= 0) return;
   if (tid < kHeavyKeys)
     s_heavy[tid] = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
   __syncthreads();
@@ -495,11 +506,32 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();
         const float w = div_rn(static_cast<float>(sh.m - kZTopUnweighted),
                                static_cast<float>(kZStrata - kZTopUnweighted));
+        if (!V2) {
+#pragma unroll
+          for (int k = 0; k < kZSlots / 32; ++k) {
+            const int i = lane + 32 * k;
+            if (i >= first_stratum && i < n &&
+                stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
+              v[k] = mul_rn(v[k], w);
+          }
+        }
+        // v2: stratum_rank of every slot of the lane at once: one pass over the strata, each
+        // value compared with the lane's 8 (the same counts, ~2x fewer instructions than a
+        // pass per slot).
+        int above[kZSlots / 32];  // (v1: unused, the pass below is skipped)
+#pragma unroll
+        for (int k = 0; k < kZSlots / 32; ++k) above[k] = 0;
+#pragma unroll 4
+        for (int j = V2 ? first_stratum : n; j < n; ++j) {
+          const float xj = x[j];
+#pragma unroll
+          for (int k = 0; k < kZSlots / 32; ++k)
+            above[k] += (xj > v[k] || (xj == v[k] && j < lane + 32 * k)) ? 1 : 0;
+        }
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
-          if (i >= first_stratum && i < n &&
-              stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
+          if (V2 && i >= first_stratum && i < n && above[k] >= kZTopUnweighted)
             v[k] = mul_rn(v[k], w);
         }
       }
@@ -535,12 +567,18 @@ __global__ void __launch_bounds__(kThreads)
 // T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
 constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64
+// Row stride (floats) of the chunk's weight buffers w and pe. v2 pads a row by 4 floats so
+// that the row-sum threads (one per row, float4 loads) hit distinct banks.
+template <bool V2>
+__host__ __device__ constexpr int weight_stride() {
+  return V2 ? kChunk + 4 : kChunk;
+}
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
 __host__ __device__ inline size_t split_smem_bytes(int G, int D) {
   return static_cast<size_t>(2) * 64 * 2 * D           // value stages
          + static_cast<size_t>(G) * D * 4              // N
-         + 2u * G * kChunk * 4                         // weights w, pe
+         + 2u * G * (kChunk + 4) * 4                   // weights w, pe (v2 row stride)
          + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
          + (8u + kPagesPerSplit) * G * 4;              // per-row values, page cut masses
 }
@@ -601,7 +639,8 @@ __device__ __forceinline__ void stage_values(const unsigned char *row, int D, in
 
 struct PvArgs {
   float *ns;
-  const float *w;
+  const float *w;  // [G][wst]
+  int wst;
   const unsigned char *stage;
   const int *flags;
   uint64_t live_mask;
@@ -613,7 +652,7 @@ struct PvArgs {
 
 // N[g0 + r][4 c4 .. 4 c4 + 3] (r < R) += w[g0 + r][k] * v[k][...] over the chunk's live keys
 // in index order (dense: every present key), one fma per column.
-template <int R, bool kDense>
+template <int R, bool kDense, bool V2>
 __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
   float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
   float4 acc[R];
@@ -625,7 +664,7 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
                  a.vexp, a.pf16, v);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float wk = a.w[(g0 + r) * kChunk + k];
+      const float wk = a.w[(g0 + r) * a.wst + k];
       acc[r].x = fma_rn(wk, v[0], acc[r].x);
       acc[r].y = fma_rn(wk, v[1], acc[r].y);
       acc[r].z = fma_rn(wk, v[2], acc[r].z);
@@ -642,18 +681,169 @@ __device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
   for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
 }
 
+// v2 value product for bf16 / fp16 values (no v8): the same fma per key and column in the
+// same order as pv_rows, with the value format fixed at compile time (v1's loop carried
+// the v8 and fp16 decoders inline: ~430 static SASS instructions per 2 keys, ~25-30 issued
+// per key on the bf16 path; this one ~15) and, for dense chunks, the weights of 4 keys in
+// one float4 load.
+template <int R, bool kDense, bool F16, int kUnroll>
+__device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  const unsigned char *col = a.stage + 8 * c4;
+  auto step = [&](int k, const float(&wk)[R]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(col + k * a.vrow);
+    float v[4];
+    if (F16) {
+      v[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x & 0xffffu)));
+      v[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x >> 16)));
+      v[2] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y & 0xffffu)));
+      v[3] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y >> 16)));
+    } else {
+      v[0] = __uint_as_float(u.x << 16);
+      v[1] = __uint_as_float(u.x & 0xffff0000u);
+      v[2] = __uint_as_float(u.y << 16);
+      v[3] = __uint_as_float(u.y & 0xffff0000u);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r].x = fma_rn(wk[r], v[0], acc[r].x);
+      acc[r].y = fma_rn(wk[r], v[1], acc[r].y);
+      acc[r].z = fma_rn(wk[r], v[2], acc[r].z);
+      acc[r].w = fma_rn(wk[r], v[3], acc[r].w);
+    }
+  };
+  if (kDense) {
+    const int nk4 = a.nk & ~3;
+    // kUnroll 1 at D 128 (the compiler's unrolling spilled there), its own choice else.
+#pragma unroll kUnroll
+    for (int k = 0; k < nk4; k += 4) {
+      float4 w4[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        w4[r] = *reinterpret_cast<const float4 *>(a.w + (g0 + r) * a.wst + k);
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].x;
+      step(k, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].y;
+      step(k + 1, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].z;
+      step(k + 2, wk);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = w4[r].w;
+      step(k + 3, wk);
+    }
+    for (int k = nk4; k < a.nk; ++k) {
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
+      step(k, wk);
+    }
+  } else {
+    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) {
+      const int k = __ffsll(static_cast<long long>(m)) - 1;
+      float wk[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
+      step(k, wk);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
+// v2 value product for v8 values over a depth chunk's live keys: v8_value's operations (plane A,
+// plus plane B / 8 when the key is v-refined, times 2^vexp) with the E4M3 decode read from a
+// 256-entry table of e4m3_to_float (built in shared memory by the same function, so the same
+// floats) and 2^vexp hoisted; same fma order as pv_rows.
+template <int R>
+__device__ __forceinline__ void pv_rows_v8(const PvArgs &a, int g0, int c4, const float *lut) {
+  const float sx = exp2i(a.vexp);  // v8_value's 2^x
+  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
+  float4 acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
+  auto step = [&](int k) {
+    const unsigned char *row = a.stage + k * a.vrow;
+    const bool vref = (a.flags[k] & kFlagVRefine) != 0;
+    const uint32_t av = *reinterpret_cast<const uint32_t *>(row + 4 * c4);
+    const uint32_t bw = vref ? *reinterpret_cast<const uint32_t *>(row + a.D + 4 * c4) : 0u;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float u = lut[(av >> (8 * i)) & 255u];
+      if (vref) u = add_rn(u, mul_rn(lut[(bw >> (8 * i)) & 255u], 0.125f));
+      v[i] = mul_rn(u, sx);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float wk = a.w[(g0 + r) * a.wst + k];
+      acc[r].x = fma_rn(wk, v[0], acc[r].x);
+      acc[r].y = fma_rn(wk, v[1], acc[r].y);
+      acc[r].z = fma_rn(wk, v[2], acc[r].z);
+      acc[r].w = fma_rn(wk, v[3], acc[r].w);
+    }
+  };
+  for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
+#pragma unroll
+  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
+}
+
+// Every (R rows, 4 columns) item of the value product, by the v2 loop when the values are
+// bf16 / fp16, else (v8, or v1) by pv_rows.
+template <int R, bool V2, int kUnroll>
+__device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16,
+                                         const float *lut) {
+  const int n = (G / R) * (a.D / 4);
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    const int g0 = R * (e / (a.D / 4)), c4 = e % (a.D / 4);
+    if (V2 && !v8) {
+      if (f16) {
+        if (dense)
+          pv_rows_16<R, true, true, kUnroll>(a, g0, c4);
+        else
+          pv_rows_16<R, false, true, kUnroll>(a, g0, c4);
+      } else {
+        if (dense)
+          pv_rows_16<R, true, false, kUnroll>(a, g0, c4);
+        else
+          pv_rows_16<R, false, false, kUnroll>(a, g0, c4);
+      }
+    } else if (V2) {
+      // Depth chunks only: in a dense chunk (the next chunk's planes live in registers) this
+      // loop spilled at D 128, so dense v8 keeps pv_rows.
+      if (dense)
+        pv_rows<R, true, V2>(a, g0, c4);
+      else
+        pv_rows_v8<R>(a, g0, c4, lut);
+    } else if (dense) {
+      pv_rows<R, true, V2>(a, g0, c4);
+    } else {
+      pv_rows<R, false, V2>(a, g0, c4);
+    }
+  }
+}
+
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
-template <int NP>
+template <int NP, bool V2>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
   constexpr int D = 64 * NP;
+  constexpr int WS = weight_stride<V2>();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_flags[kChunk];
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ int s_keys, s_live, s_ref, s_vref;
+  __shared__ float s_e4m3[V2 ? 256 : 1];  // v2, v8: e4m3_to_float of every byte
+  __shared__ int64_t s_rowbase[V2 ? kSplitKeys / kChunk : 1];  // v2: cache row of each chunk
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -667,9 +857,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   unsigned char *stage = smem;  // [2][64][2D]
   float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);
   float *w = ns + G * D;
-  float *pe = w + G * kChunk;
+  float *pe = w + G * WS;
   // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
-  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * kChunk);
+  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * WS);
   const int nrb = (G + 7) / 8;
   float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
@@ -708,14 +898,24 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   if (v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
     vexp = x == kVExpUnset ? 0 : x;
+    if (V2)
+      for (int i = tid; i < 256; i += blockDim.x)
+        s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
   }
   const size_t vrow = 2 * D;  // bytes of a stage row
 
+  // The cache row of the chunk at j0 (its keys are consecutive rows). v2: read from the
+  // split's table (one page-table lookup and division per chunk, not one per use and thread).
+  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
+  if (V2 && tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  auto chunk_row = [&](int32_t j0) {
+    return V2 && j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
+  };
   // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
   auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, float &sk, bool with_b) {
     const int nk = min(kChunk, s1 - j0);
     if (kq < nk) {
-      const int64_t r = key_row(c, b, hk, j0) + kq;
+      const int64_t r = chunk_row(j0) + kq;
       const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + r * D);
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
@@ -734,7 +934,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
   auto stage_chunk = [&](int32_t j0, int st) {
     const int nk = min(kChunk, s1 - j0);
-    const int64_t rb = key_row(c, b, hk, j0);
+    const int64_t rb = chunk_row(j0);
     unsigned char *dst = stage + st * 64 * vrow;
     constexpr int pieces = 2 * D / 16;  // per key
     for (int e = tid; e < nk * pieces; e += blockDim.x) {
@@ -760,7 +960,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 
   int n_pages = 0;
   bool page_has_cut = false;
-  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
   for (int ci = 0; ci < nchunks; ++ci) {
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
@@ -792,7 +991,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
             vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0) |
                       (v8 && sa >= thr_vref[r] ? 4 : 0))
                      << (3 * j);
-            w[r * kChunk + 8 * warp + 2 * mt + j] = sa;
+            w[r * WS + 8 * warp + 2 * mt + j] = sa;
           }
         }
       }
@@ -832,14 +1031,14 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       if (more) {
         stage_chunk(j0 + kChunk, st ^ 1);
         load_planes(j0 + kChunk, ka_n, kb_n, sk_n, true);
-        cp_async_wait<1>();
+        if (!V2) cp_async_wait<1>();
       } else {
-        cp_async_wait<0>();
+        if (!V2) cp_async_wait<0>();
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
       // chunk, then start the next chunk's plane A.
-      const int64_t r = key_row(c, b, hk, j0) + kq;
+      const int64_t r = chunk_row(j0) + kq;
       if (refine) {
         const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + r * D);
 #pragma unroll
@@ -862,9 +1061,11 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       }
       cp_async_commit();
       if (more) load_planes(j0 + kChunk, ka_n, kb_n, sk_n, false);
-      cp_async_wait<0>();
+      if (!V2) cp_async_wait<0>();
     }
-    __syncthreads();
+    // v2: no barrier here. The weights read only what this thread wrote (its coarse logits
+    // in w) and its own registers; the gathers stay in flight until the row sums need them.
+    if (!V2) __syncthreads();
     // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
     // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
     const bool any_refine = __any_sync(0xffffffffu, refine);
@@ -894,7 +1095,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
-          const int e = r * kChunk + 8 * warp + 2 * mt + j;
+          const int e = r * WS + 8 * warp + 2 * mt + j;
           if (mlive[j]) {
             const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
                                                    logit_multiplier(sq[r], skj[j], 16 + log2d))
@@ -908,14 +1109,22 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         }
       }
     }
+    if (V2) {  // this thread's copies of the chunk (dense: the next chunk's stay in flight)
+      if (dense && more)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+    }
     __syncthreads();
     const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8);
     const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8) != 0;
     // T, T_lse and the cut mass: thread per row, keys in index order; a page's cut mass
     // goes out when the next page starts.
     const bool new_page = j0 > s0 && j0 % P == 0;
+    // Row g's sums (cut included) belong to one thread: tid = g (v1), kThreads - 1 - g (v2).
+    const int g_first = V2 ? kThreads - 1 - tid : tid;
     if (new_page && page_has_cut) {
-      for (int g = tid; g < G; g += blockDim.x) {
+      for (int g = g_first; g < G; g += kThreads) {
         page_cut[n_pages * G + g] = cut[g];
         cut[g] = 0.0f;
       }
@@ -924,40 +1133,69 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     }
     if (new_page) page_has_cut = false;
     page_has_cut = page_has_cut || chunk_cut;
-    for (int g = tid; g < G; g += blockDim.x) {
-      float t = ts[g], tl = tlse[g], cu = cut[g];
-      for (int k = 0; k < nk; ++k) {
-        const float wv = w[g * kChunk + k];
-        if (s_flags[k] & kFlagLive) {
-          t = add_rn(t, wv);
-          tl = add_rn(tl, pe[g * kChunk + k]);
-        } else {
-          cu = add_rn(cu, wv);
+    if (!V2) {
+      for (int g = tid; g < G; g += blockDim.x) {
+        float t = ts[g], tl = tlse[g], cu = cut[g];
+        for (int k = 0; k < nk; ++k) {
+          const float wv = w[g * WS + k];
+          if (s_flags[k] & kFlagLive) {
+            t = add_rn(t, wv);
+            tl = add_rn(tl, pe[g * WS + k]);
+          } else {
+            cu = add_rn(cu, wv);
+          }
         }
+        ts[g] = t;
+        tlse[g] = tl;
+        cut[g] = cu;
       }
-      ts[g] = t;
-      tlse[g] = tl;
-      cut[g] = cu;
+    } else {
+      // v2: the same sums (keys in index order, live to T and T_lse, cut to the cut mass),
+      // by the block's last threads (idle in the value product when it has fewer items than
+      // threads), float4 loads from the padded rows, liveness from the chunk's mask.
+      for (int g = g_first; g < G; g += kThreads) {
+        float t = ts[g], tl = tlse[g], cu = cut[g];
+        const float4 *w4 = reinterpret_cast<const float4 *>(w + g * WS);
+        const float4 *p4 = reinterpret_cast<const float4 *>(pe + g * WS);
+        const int nk4 = nk & ~3;
+#pragma unroll 2
+        for (int k = 0; k < nk4; k += 4) {
+          const float4 wv = w4[k / 4], pv = p4[k / 4];
+          const unsigned int lm = static_cast<unsigned int>(live_mask >> k) & 15u;
+          const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, pa4[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if ((lm >> i) & 1u) {
+              t = add_rn(t, wa[i]);
+              tl = add_rn(tl, pa4[i]);
+            } else {
+              cu = add_rn(cu, wa[i]);
+            }
+          }
+        }
+        for (int k = nk4; k < nk; ++k) {
+          const float wv = w[g * WS + k];
+          if ((live_mask >> k) & 1ull) {
+            t = add_rn(t, wv);
+            tl = add_rn(tl, pe[g * WS + k]);
+          } else {
+            cu = add_rn(cu, wv);
+          }
+        }
+        ts[g] = t;
+        tlse[g] = tl;
+        cut[g] = cu;
+      }
     }
     // N: thread per (R rows, 4 columns), live keys in index order (the value is converted
     // once for the R rows: half the shared reads and conversions at R = 2).
     const unsigned char *stg = stage + st * 64 * vrow;
-    const PvArgs pa{ns, w, stg, s_flags, live_mask, nk, D, static_cast<int>(vrow), v8, vexp, pf16};
-    if (G % 2 == 0) {
-      for (int e = tid; e < (G / 2) * (D / 4); e += blockDim.x) {
-        if (dense)
-          pv_rows<2, true>(pa, 2 * (e / (D / 4)), e % (D / 4));
-        else
-          pv_rows<2, false>(pa, 2 * (e / (D / 4)), e % (D / 4));
-      }
-    } else {
-      for (int e = tid; e < G * (D / 4); e += blockDim.x) {
-        if (dense)
-          pv_rows<1, true>(pa, e / (D / 4), e % (D / 4));
-        else
-          pv_rows<1, false>(pa, e / (D / 4), e % (D / 4));
-      }
-    }
+    const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
+                    v8, vexp, pf16};
+    if (G % 2 == 0)
+      pv_items<2, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
+    else
+      pv_items<1, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
     if (more) {
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -1127,11 +1365,87 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// v2 combine: grid (Hkv, B, ceil(G D / 256)), thread per (row, column) of the group. Every
+// block sums T and T_lse of all G rows (splits in order: the same values in every block),
+// its element's N over the splits in order, and writes o. Guard: rows outside the window
+// or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
+// group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
+// pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
+__global__ void __launch_bounds__(kThreads)
+    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                           const fold_tensor_t out, float *lse, const int pass) {
+  __shared__ float s_t[64], s_tl[64];
+  const int hk = blockIdx.x, b = blockIdx.y, zb = blockIdx.z;
+  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
+  const int32_t L = c.lengths[b];
+  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  uint16_t *o = static_cast<uint16_t *>(out.data);
+  const int e = zb * kThreads + tid;  // (row, column) = (e / D, e % D)
+  if (pass == 0) {
+    if (L <= 0) {
+      if (e < G * D) o[b * out.batch_stride + (hk * G + e / D) * out.head_stride + e % D] = 0;
+      if (lse != nullptr && zb == 0)
+        for (int g = tid; g < G; g += blockDim.x) lse[row0 + g] = __uint_as_float(0xff800000u);
+      return;
+    }
+  } else if (L <= 0 || ws.flag[grp] == 0) {
+    return;
+  }
+  const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
+  const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
+  // N of this thread's element first (its loads in flight while the row sums run).
+  float n = 0.0f;
+  if (e < G * D) {
+    const float *pn = ws.part_n + ((row0 + e / D) * S) * D + e % D;
+#pragma unroll 16
+    for (int s = 0; s < nsplit; ++s) n = add_rn(n, pn[static_cast<int64_t>(s) * D]);
+  }
+  for (int g = tid; g < G; g += blockDim.x) {
+    float t = 0.0f, tl = 0.0f;
+    const float *pt = ws.part_t + (row0 + g) * S, *ptl = ws.part_tl + (row0 + g) * S;
+#pragma unroll 16
+    for (int s = 0; s < nsplit; ++s) {
+      t = add_rn(t, pt[s]);
+      tl = add_rn(tl, ptl[s]);
+    }
+    s_t[g] = t;
+    s_tl[g] = tl;
+    if (pass == 0 && zb == 0 &&
+        !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) {
+      atomicOr(&ws.bad[row0 + g], 1);
+      atomicOr(&ws.flag[grp], 1);
+    }
+  }
+  __syncthreads();
+  if (e < G * D) {
+    const int g = e / D, d = e % D;
+    if (pass == 0 && !isfinite(n)) {
+      atomicOr(&ws.bad[row0 + g], 1);
+      atomicOr(&ws.flag[grp], 1);
+    }
+    const float t = s_t[g];
+    const bool ok = t > 0.0f && isfinite(t);
+    float r = ok ? div_rn(n, t) : 0.0f;
+    r = isfinite(r) ? r : 0.0f;
+    o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
+  }
+  if (lse != nullptr && zb == 0)
+    for (int g = tid; g < G; g += blockDim.x) {
+      const float t = s_t[g];
+      const bool ok = t > 0.0f && isfinite(t);
+      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g])))
+                         : __uint_as_float(0xff800000u);
+    }
+}
+
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
 // grid (Hkv, B).
+// v2_stats: the pass-0 read statistics of the group (v1's combine adds them itself).
 __global__ void __launch_bounds__(kThreads)
-    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws) {
+    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          const int v2_stats, int64_t *stats) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -1139,10 +1453,27 @@ __global__ void __launch_bounds__(kThreads)
   const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
-  if (L <= 0 || ws.flag[grp] == 0) return;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
-  const int log2d = log2_pow2(D);
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  if (v2_stats && L > 0 && tid == 0) {  // as decode_combine_kernel's pass 0
+    int nbad = 0;
+    for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
+    const unsigned long long *gc = ws.gcnt + grp * 5;
+    stat_add(stat_ptr(stats, kRows), G);
+    if (nbad > 0) {
+      stat_add(stat_ptr(stats, kFixupRows), nbad);
+      stat_add(stat_ptr(stats, kBytes),
+               static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
+    } else {
+      stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
+      stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
+      stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
+      stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
+      stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
+    }
+  }
+  if (L <= 0 || ws.flag[grp] == 0) return;
+  const int log2d = log2_pow2(D);
   for (int g = 0; g < G; ++g) {
     if (ws.bad[row0 + g] == 0) continue;  // uniform
     if (tid < D) {
@@ -1237,20 +1568,31 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     const AppendArgs a{-1, 1, k_step, v_step, stats};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
+  // FOLD_DECODE_VARIANT=v1 (read per call; a captured graph keeps the variant it captured)
+  // selects the v1 front, split and combine kernels (notes/decode.md section 10).
+  const char *variant = std::getenv("FOLD_DECODE_VARIANT");
+  const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   const dim3 group_grid(c.n_kv_heads, c.batch);
   if (c.head_dim == 64)
-    decode_front_kernel<2><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<2, false>
+        : decode_front_kernel<2, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   else if (c.head_dim == 128)
-    decode_front_kernel<4><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<4, false>
+        : decode_front_kernel<4, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   else
-    decode_front_kernel<8><<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats);
+    (v1 ? decode_front_kernel<8, false>
+        : decode_front_kernel<8, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
+                                                                             ws, stats);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
-  auto split = c.head_dim == 64    ? decode_split_kernel<1>
-               : c.head_dim == 128 ? decode_split_kernel<2>
-                                   : decode_split_kernel<4>;
+  auto split =
+      c.head_dim == 64    ? (v1 ? decode_split_kernel<1, false> : decode_split_kernel<1, true>)
+      : c.head_dim == 128 ? (v1 ? decode_split_kernel<2, false> : decode_split_kernel<2, true>)
+                          : (v1 ? decode_split_kernel<4, false> : decode_split_kernel<4, true>);
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem)),
@@ -1259,10 +1601,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   for (int pass = 0; pass < 2; ++pass) {
     split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
     check(cudaGetLastError(), "decode_split_kernel launch");
-    decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
+    if (v1) {
+      decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
+    } else {
+      const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
+      decode_combine2_kernel<<<cgrid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass);
+    }
     check(cudaGetLastError(), "decode_combine_kernel launch");
     if (pass == 0) {
-      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws);
+      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, v1 ? 0 : 1, stats);
       check(cudaGetLastError(), "decode_fixup_z_kernel launch");
     }
   }

@@ -11,6 +11,7 @@ the library was built without CUDA. Every test runs under a hard time limit.
 from __future__ import annotations
 
 import faulthandler
+import os
 
 import pytest
 import torch
@@ -168,6 +169,25 @@ def test_decode_matches_cpu_ragged(cfg):
     _assert_same_cache(cpu, gpu)
 
 
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
+def test_decode_variants_bitwise(cfg, monkeypatch):
+    # The v2 split/combine (default) and v1 (FOLD_DECODE_VARIANT=v1, read per call) against
+    # the CPU reference: outputs, LSE and read statistics bit for bit.
+    dtype, D, Hkv, G, depth, v8 = cfg
+    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=5, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=depth, v8=v8, page_size=128, dtype=dtype)
+    _fill((cpu, gpu), k, v, lengths, chunks=2)
+    oc, lc, sc = _step(cpu, q)
+    for variant in ("v2", "v1"):
+        monkeypatch.setenv("FOLD_DECODE_VARIANT", variant)
+        og, lg, sg = _step(gpu, q)
+        assert torch.equal(_bits(oc), _bits(og)), variant
+        assert torch.equal(lc.view(torch.int32), lg.view(torch.int32)), variant
+        assert sc == sg, (variant, sc, sg)
+
+
 def test_guard_fixup_matches_cpu():
     # A needle key aligned with the query, far above the rest, that neither the strata nor
     # the heavy list (taken by larger decoys orthogonal to the query) sample: Z undershoots,
@@ -187,10 +207,19 @@ def test_guard_fixup_matches_cpu():
     for dtype in (torch.float16, torch.bfloat16):
         cpu, gpu = _pair(1, 2, 1, D, L, depth=12.0, dtype=dtype)
         _fill((cpu, gpu), k.to(dtype), v.to(dtype), [L])
-        *_, sc, sg = _compare_step(cpu, gpu, q.to(dtype))
+        oc, og, lc, lg, sc, sg = _compare_step(cpu, gpu, q.to(dtype))
         print(f"\n{dtype}: fixup rows cpu {sc['fixup_rows']} gpu {sg['fixup_rows']}")
         if dtype == torch.float16:
             assert sg["fixup_rows"] > 0
+        assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
+        # v1 kernels (FOLD_DECODE_VARIANT=v1, read per call): the same bits and fix-up.
+        os.environ["FOLD_DECODE_VARIANT"] = "v1"
+        try:
+            o1, l1, s1 = _step(gpu, q.to(dtype))
+        finally:
+            del os.environ["FOLD_DECODE_VARIANT"]
+        assert torch.equal(_bits(oc), _bits(o1)) and torch.equal(_bits(lc), _bits(l1))
+        assert s1 == sc, (s1, sc)
 
 
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
