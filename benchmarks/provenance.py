@@ -82,12 +82,16 @@ def _run(cmd: List[str], timeout: float = 10.0) -> Optional[str]:
 
 
 def git_commit() -> Dict[str, Any]:
-    head = _run(["git", "rev-parse", "HEAD"])
+    # The library under test comes from a GPU bundle (scripts/build_gpu_bundle.sh) on a GPU
+    # machine, whose copy of the tree may carry a stale .git: the bundle records the commit it
+    # was built at, and that is the one that identifies the code measured.
+    p = os.path.join(REPO_ROOT, ".gpu", "commit")
+    lib = os.environ.get("FOLD_ATTENTION_LIBRARY", "")
+    from_bundle = bool(lib) and os.path.abspath(lib).startswith(os.path.join(REPO_ROOT, ".gpu") + os.sep)
+    head = None if from_bundle else _run(["git", "rev-parse", "HEAD"])
     if head:
         status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
         return {"commit": head, "dirty": bool(status) if status is not None else None, "source": "git"}
-    # a copy of the tree without .git (a GPU machine): the bundle records the commit it was built at
-    p = os.path.join(REPO_ROOT, ".gpu", "commit")
     if os.path.exists(p):
         with open(p) as f:
             lines = [x.strip() for x in f if x.strip()]
