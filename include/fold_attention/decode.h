@@ -101,9 +101,10 @@ FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
  * (a cudaStream_t; NULL: the legacy default stream), so a step can be captured in a CUDA
  * graph. The host checks the descriptors; the device data is not checked (non-finite
  * values, a full request, missing pages, a v8 value beyond a fixed v_scale): the caller
- * (e.g. the Python FoldKVCache, which keeps the same checks as the CPU path) must.
- * v0 kernels run on CUDA cores (dp4a integer dots); their planes, Z, verdicts and outputs
- * equal the CPU reference's bit for bit. */
+ * (e.g. the Python FoldKVCache, which keeps the same checks as the CPU path) must; a step
+ * token with no room or no reserved page is not written but counted
+ * (FOLD_DECODE_STAT_REJECTED). The kernels' planes, Z, verdicts and outputs equal the CPU
+ * reference's bit for bit. */
 
 /* Device counters written by fold_decode_cuda (int64 each, zeroed by the call): */
 #define FOLD_DECODE_CUDA_STATS 8

@@ -6,7 +6,7 @@ scale. fold_attn_with_kvcache optionally appends one token per request, then att
 the cache with a declared per-row reference Z: keys whose coarse (plane-A) weight is more
 than `depth` binades below Z are cut, their mass kept in the denominator and mass x the mean V of
 their page in the numerator. The rules are specified in notes/decode.md. CPU tensors run the C++
-reference of that algorithm; CUDA tensors (a cache built with device='cuda') run the v0
+reference of that algorithm; CUDA tensors (a cache built with device='cuda') run the
 CUDA kernels, which give the same planes, Z, verdicts and outputs bit for bit.
 
 Request slots: the cache has `batch` slots. A slot is free until prefill (slots
@@ -116,7 +116,7 @@ class FoldKVCache:
             None: chosen per request from its own data, raised (re-quantising the request's
             V planes) when a later value would not fit.
         dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
-        device: 'cpu' (the C++ reference) or a CUDA device (the v0 CUDA kernels; the v8
+        device: 'cpu' (the C++ reference) or a CUDA device (the CUDA kernels; the v8
             exponent growth and the heavy-key list run on the device too).
     """
 
