@@ -192,6 +192,22 @@ __device__ __forceinline__ void pipe_stage_dq(const float (&acc)[Sm90Cfg<D, true
   }
 }
 
+// v1.3 (opt-in FOLD_BWD_VARIANT=v1.3) instantiates the kernel as backward_sm90_kernel<D,
+// Fly<Tag>, true>: same dtype (Fly<Tag> is a Tag, so pack2 and T are Tag's), its own pair loop
+// (kFly). A tag rather than a new template parameter, so that the existing instantiations
+// keep their names and their code.
+template <class Tag>
+struct Fly : Tag {};
+template <class Tag>
+struct IsFly : std::false_type {};
+template <class Tag>
+struct IsFly<Fly<Tag>> : std::true_type {};
+
+// D for which v1.3 compiles without spills or C75xx notices (ptxas, nvcc 13.0); any other D
+// runs v1.2 when FOLD_BWD_VARIANT=v1.3 (see notes/training_kernels.md).
+template <int D>
+constexpr bool kFlyCompiles = D == 96;
+
 template <int D, class Tag, bool kPipe>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
@@ -201,7 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
                          uint32_t hb_end, uint32_t kb0) {
   using Cfg = Sm90Cfg<D, kPipe>;
-  using T = typename Tag::T;  // __nv_bfloat16 or __half
+  using T = typename Tag::T;                // __nv_bfloat16 or __half
+  constexpr bool kFly = IsFly<Tag>::value;  // v1.3 (implies kPipe)
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start at 1024-byte aligned shared addresses.
@@ -289,7 +306,242 @@ __global__ void __launch_bounds__(kThreads, 1)
   // second barrier. Same GEMMs, same k-order, same conversion, same integer adds: v1's bits.
   [[maybe_unused]] float dq_acc[Cfg::kDqN0 / 2];
   [[maybe_unused]] int ds_buf = 0;
-  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+  if constexpr (kFly) {
+    // v1.3: dQ pipelined by one pair as v1.2, and every second pair's dQ GEMM stays in flight
+    // through the next pair's top (wait, barrier (a), load issue) and S^T issue. Pairs run in
+    // v1's order through three copies of the pair body: copy A (top: wait 0, retires
+    // everything), copy B (top: wait 1, leaves A's dQ group pending; waited for after B's S^T
+    // commit, right before A's partial is staged) and, for an odd pair count (known before
+    // the loop), a peeled last copy T (top: wait 0, no loads). The loop runs whole (A, B)
+    // iterations, so no exit is ever taken while A's dQ group is pending (ptxas serialised
+    // every wgmma, C7514, when one was; a peeled first copy instead gave C7512 and more
+    // spills: notes/training_kernels.md). A issues into dq_fly[0], B and T into dq_fly[1];
+    // each copy stages the previous pair's array first. Same GEMMs, same k-order, same
+    // conversion, same integer rows as v1.2: v1's bits.
+    float dq_fly[2][Cfg::kDqN0 / 2];
+    int h = hk * group;
+    int64_t q0 = q_begin;
+    const int h_end = (hk + 1) * group;
+    const auto fly_pair = [&](auto issue_c, auto top_wait_c, auto stage_c) {
+      constexpr int kIssue = decltype(issue_c)::value;   // dQ array this pair issues into
+      constexpr int kStaged = decltype(stage_c)::value;  // dQ array of the previous pair
+      constexpr bool kLast = kStaged == kIssue;          // T: the last pair, nothing to load
+      constexpr int kTopWait = decltype(top_wait_c)::value;
+      // Per-copy values are recomputed from the shared base address and the thread index,
+      // passed through opaque moves: otherwise a later copy reuses an earlier copy's
+      // descriptors and offsets, and they stay live across the copies (spills).
+      uint32_t base_c = base;
+      int tid_c = tid;
+      asm volatile("mov.b32 %0, %0;" : "+r"(base_c));
+      asm volatile("mov.b32 %0, %0;" : "+r"(tid_c));
+      // (These shadow the kernel's values of the same names on purpose.)
+      const int wg = tid_c >> 7, warp = (tid_c >> 5) & 3, g = (tid_c & 31) >> 2, tq = tid_c & 3;
+      const int key_l = 64 * wg + 16 * warp + g;
+      const uint64_t k_desc_a = hp::desc_k_major_sw128(base_c + Cfg::kOffK + wg * 64 * 128);
+      const uint64_t v_desc_a = hp::desc_k_major_sw128(base_c + Cfg::kOffV + wg * 64 * 128);
+      const uint32_t ds_addr_c = base_c + Cfg::kOffDs;
+      const uint64_t dq_desc_a =
+          hp::desc_mn_major_sw128(ds_addr_c + (kBm == 128 ? wg * kBn * 128 : 0), kBn * 128);
+      const uint64_t dq_desc_b = hp::desc_mn_major_sw128(
+          base_c + Cfg::kOffK + (kBm == 128 ? 0 : wg * kBn * 128), kBn * 128);
+      const int dq_row0 = kBm == 128 ? 64 * wg : 0;
+      const int dq_col0 = kBm == 128 ? 0 : 64 * wg;
+      const auto qdo_addr = [&](int st) { return base_c + Cfg::kOffQdo + 2u * st * Cfg::kQBytes; };
+      const auto stats_addr = [&](int st) { return base_c + Cfg::kOffLse + 8u * st * kBm; };
+      // The previous pair's step 3 is retired (its Q/dO stage is reloaded below); in B its
+      // dQ GEMM (committed after step 3) stays in flight. The bulk reduce issued after the
+      // previous pair's second barrier has read the staging tile (rewritten after (a)).
+      hp::wait<kTopWait>();
+      if constexpr (kTopWait == 0) {
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+      }
+      if (tid < kBm) hp::bulk_wait_read<0>();
+      cp_async_wait_all();
+      hp::fence_proxy_async();
+      __syncthreads();
+      // The stage (= dS^T buffer) alternates with the pairs; kept a run-time value, opaque to
+      // the compiler, so that the copies' addresses are not folded into per-copy constants
+      // hoisted out of the loop (registers).
+      asm volatile("mov.b32 %0, %0;" : "+r"(stage));
+      {
+        int next_h = h;
+        int64_t next_q0 = q0 + kBm;
+        if (next_q0 >= r.len) {
+          next_h = h + 1;
+          next_q0 = q_begin;
+        }
+        if (!kLast && next_h < h_end) {
+          const uint32_t nxt = qdo_addr(stage ^ 1);
+          load_tile_sw<kBm, D>(nxt, p, q, b, r, next_q0, next_h);
+          load_tile_sw<kBm, D>(nxt + Cfg::kQBytes, p, dout, b, r, next_q0, next_h);
+          load_rows_stats<kBm>(stats_addr(stage ^ 1), p, lse, delta, r, next_q0, next_h);
+          cp_async_commit();
+        }
+      }
+      const uint32_t q_addr = qdo_addr(stage), do_addr = q_addr + Cfg::kQBytes;
+      const float *lse_s = reinterpret_cast<const float *>(smem + Cfg::kOffLse + 8 * stage * kBm);
+      const float *delta_s = lse_s + kBm;
+#pragma unroll 1
+      for (int sub = 0; sub < kBm / 64; ++sub) {
+        const int r0 = 64 * sub;
+        // ---- 1. S^T, dP^T (as v1), the previous pair's dQ partial staged between them.
+        float s[32], dp[32];
+        {
+          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
+          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
+          hp::fence();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
+          }
+          hp::commit();
+          // Retires the previous pair's dQ GEMM (in B: A's, in flight since A's end); in a
+          // later sub-block the previous sub-block's step 3.
+          hp::wait<1>();
+          hp::fence_operands(dq_fly[kStaged]);
+          if (sub == 0)
+            pipe_stage_dq<D>(dq_fly[kStaged], staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq,
+                             gs.s - gs.t);
+          hp::fence();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
+          }
+          hp::commit();
+          hp::wait<1>();
+          hp::fence_operands(s);
+        }
+        // ---- 2. P^T, dS^T as v1 (see the v1 loop below for the comments).
+        {
+          const int len = r.len;
+          const bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
+                                 (p.causal && k0 + 64 * wg + 63 > q0 + r0);
+          const int key_limit = static_cast<int>(len - k0);
+          const int row_limit = static_cast<int>(len - q0);
+          const int diag = static_cast<int>(q0 - k0);
+          const auto finish = [&](auto masked) {
+            constexpr bool kMasked = decltype(masked)::value;
+            const auto valid = [&](int j, int i, int e) {
+              if constexpr (!kMasked) return true;
+              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
+              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+            };
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
+                  s[idx] =
+                      valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const uint4 v = make_uint4(pack2(s[8 * k], s[8 * k + 1], Tag{}),
+                                         pack2(s[8 * k + 2], s[8 * k + 3], Tag{}),
+                                         pack2(s[8 * k + 4], s[8 * k + 5], Tag{}),
+                                         pack2(s[8 * k + 6], s[8 * k + 7], Tag{}));
+              *reinterpret_cast<uint4 *>(smem + Cfg::kOffPin + (k * 256 + tid_c) * 16) = v;
+            }
+            hp::wait<0>();  // dP^T
+            hp::fence_operands(dp);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float dlv = e ? dl.y : dl.x;
+                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
+                }
+            }
+          };
+          if (need_mask)
+            finish(std::true_type{});
+          else
+            finish(std::false_type{});
+        }
+        uint32_t pf[4][4], df[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+            df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
+          }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int key = key_l + 8 * i, row = 8 * j + 2 * tq;
+            const int off =
+                sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
+            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + stage * Cfg::kDsBytes + off) =
+                df[j >> 1][(j & 1) * 2 + i];
+          }
+        // ---- 3. dV += P^T dO, dK += dS^T Q.
+        {
+          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
+          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
+          hp::fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
+          }
+          hp::commit();
+        }
+      }
+      hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
+      // (b): dS^T complete; the previous pair's partial is in the staging tile: push it, then
+      // issue this pair's dQ GEMM and leave it in flight.
+      __syncthreads();
+      if (prev_h >= 0) push_dq(prev_h, prev_q0);
+      prev_h = h;
+      prev_q0 = q0;
+      pipe_issue_dq<D, T>(dq_fly[kIssue],
+                          dq_desc_a + static_cast<uint64_t>((stage * Cfg::kDsBytes) >> 4),
+                          dq_desc_b);
+      stage ^= 1;
+      q0 += kBm;
+      if (q0 >= r.len) {
+        ++h;
+        q0 = q_begin;
+      }
+    };
+    using I0 = std::integral_constant<int, 0>;
+    using I1 = std::integral_constant<int, 1>;
+    const int64_t n_pairs = static_cast<int64_t>(group) * ((r.len - q_begin + kBm - 1) / kBm);
+#pragma unroll 1
+    for (int64_t it = n_pairs >> 1; it > 0; --it) {
+      fly_pair(I0{}, I0{}, I1{});  // A
+      fly_pair(I1{}, I1{}, I0{});  // B
+    }
+    if (n_pairs & 1) fly_pair(I1{}, I0{}, I1{});  // T
+    // The last pair (B or T) issued into dq_fly[1]; the staging tile is free once the bulk
+    // reduce of the pair before it has read it.
+    hp::wait<0>();
+    hp::fence_operands(dq_fly[1]);
+    hp::fence_operands(dv_acc);
+    hp::fence_operands(dk_acc);
+    if (tid < kBm) hp::bulk_wait_read<0>();
+    __syncthreads();
+    pipe_stage_dq<D>(dq_fly[1], staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
+    hp::fence_proxy_async();
+  }
+  // (v1.3 ran its own loop above.)
+  for (int h = hk * group; !kFly && h < (hk + 1) * group; ++h) {
     for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
       if constexpr (kPipe) {
         // v1.2: the previous pair's step 3 (its Q/dO stage is reloaded below) and dQ GEMM are
@@ -529,7 +781,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
     }
   }
-  if constexpr (kPipe) {
+  if constexpr (kPipe && !kFly) {
     // v1.2: the last pair's dQ GEMM; the staging tile is free once the bulk reduce of the pair
     // before it has read it.
     hp::wait<0>();
@@ -647,7 +899,14 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
                          cudaStream_t stream) {
   const char *env = std::getenv("FOLD_BWD_VARIANT");
   const std::string variant = env != nullptr ? env : "";
-  if (variant == "v1.2")
+  if constexpr (kFlyCompiles<D>) {
+    if (variant == "v1.3") {
+      launch_sm90<D, Fly<Tag>, true>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, false,
+                                     stream);
+      return;
+    }
+  }
+  if (variant == "v1.2" || variant == "v1.3")
     launch_sm90<D, Tag, true>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, false, stream);
   else
     launch_sm90<D, Tag, false>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv,
