@@ -6,9 +6,13 @@ distance to SDPA's.
 python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8 (G 8), D 128
 python scripts/decode_bench.py --quick    B1 L32K only
 python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
+python scripts/decode_bench.py --variants v2,v3   kernels to time (FOLD_DECODE_VARIANT per
+                                          variant, set before each graph capture; default:
+                                          the environment's, i.e. v2 unless set)
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
+import os
 import sys
 import time
 
@@ -48,6 +52,15 @@ CEILING = 4.6e12  # H200 streaming-read ceiling, bytes/s (notes/decode.md sectio
 profile = "--profile" in sys.argv  # one shape, eager steps only (for nsys)
 H_ = 32 if "--g4" in sys.argv else 64
 shapes = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128))
+variants = [os.environ.get("FOLD_DECODE_VARIANT", "v2")]
+if "--variants" in sys.argv:
+    variants = sys.argv[sys.argv.index("--variants") + 1].split(",")
+
+
+def set_variant(name):
+    os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
+
+
 if profile or "--quick" in sys.argv:
     shapes = shapes[:1]
 for B, L, H, Hkv, D in shapes:
@@ -86,9 +99,11 @@ for B, L, H, Hkv, D in shapes:
             cache.extend(0, k[0], v[0])
             out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
             lse = torch.empty(B, H, dtype=torch.float32, device=dev)
-            for _ in range(5):
-                decode_step_cuda(cache, q, None, None, out, lse)
-            torch.cuda.synchronize()
+            for var in variants:
+                set_variant(var)
+                for _ in range(5):
+                    decode_step_cuda(cache, q, None, None, out, lse)
+                torch.cuda.synchronize()
         break
     try:
         t_ref = timed(graphed(sdpa))
@@ -110,15 +125,24 @@ for B, L, H, Hkv, D in shapes:
         fill = time.time() - t0
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
-        step = graphed(lambda: decode_step_cuda(cache, q, None, None, out, lse))
-        t = timed(step)
-        st = cache.stats()
-        bytes_total = st["bytes_per_key"] * B * Hkv * L
-        err = (out.float() - ref_out).norm().item() / ref_out.norm().item()
-        print(f"  fold depth={depth}: {t * 1e6:.1f} us (SDPA/fold {t_ref / t:.2f}x), "
-              f"{st['bytes_per_key']:.0f} B/key, {bytes_total / t / 1e12:.2f} TB/s "
-              f"(roofline {bytes_total / CEILING * 1e6:.1f} us), live {st['live_frac']:.3f} "
-              f"refine {st['refine_frac']:.3f} fixup {st['fixup_rows']}; rel. diff to SDPA {err:.2e}; "
-              f"cache fill {fill:.2f} s", flush=True)
+        first = None
+        for var in variants:
+            set_variant(var)  # before the capture: the graph keeps the variant it captured
+            step = graphed(lambda: decode_step_cuda(cache, q, None, None, out, lse))
+            t = timed(step)
+            st = cache.stats()
+            bytes_total = st["bytes_per_key"] * B * Hkv * L
+            err = (out.float() - ref_out).norm().item() / ref_out.norm().item()
+            same = ""
+            if first is None:
+                first = out.clone()
+            else:
+                same = f"; bits == {variants[0]}: {torch.equal(out.view(torch.int16), first.view(torch.int16))}"
+            print(f"  fold[{var}] depth={depth}: {t * 1e6:.1f} us (SDPA/fold {t_ref / t:.2f}x), "
+                  f"{st['bytes_per_key']:.0f} B/key, {bytes_total / t / 1e12:.2f} TB/s "
+                  f"(roofline {bytes_total / CEILING * 1e6:.1f} us), live {st['live_frac']:.3f} "
+                  f"refine {st['refine_frac']:.3f} fixup {st['fixup_rows']}; rel. diff to SDPA {err:.2e}; "
+                  f"cache fill {fill:.2f} s{same}", flush=True)
+            del step
         del cache
         torch.cuda.empty_cache()

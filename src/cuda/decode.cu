@@ -14,6 +14,10 @@
 // barrier less per chunk, a combine over (row, column) blocks and a one-pass stratum rank in
 // the front (notes/decode.md section 10, "v2").
 //
+// v3 (opt-in, FOLD_DECODE_VARIANT=v3; not yet run on a GPU): v2's front and combine, and for
+// the screened modes a split that screens all 512 keys first and then gathers the live keys
+// in a few wide stages (decode_split3_kernel; notes/decode.md section 10, "v3").
+//
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
 //    lengths]  front  decode(pass 0)  combine(pass 0: guard flags)  fixup_z  decode(pass 1)
@@ -1253,6 +1257,451 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   }
 }
 
+// ---- v3 split, screened modes (FOLD_DECODE_VARIANT=v3; notes/decode.md section 10, "v3") ----
+//
+// Two phases per split instead of screen + gather per 64-key chunk:
+//  1. Screen: plane A of the split's chunks streams through a shared ring kV3Ring chunks deep
+//     (cp.async, 16-byte pieces; key k's piece p at p ^ 4 (k & 1) for D >= 128, so a
+//     quarter-warp's reads hit distinct banks), the scales of all keys are read once; the
+//     coarse logits of every (row, key) go to shared memory and the verdicts to per-chunk
+//     64-bit masks. No gather waits inside the screen.
+//  2. Gather: the split's live keys, compacted in index order, in stages of 64 slots (kV3Stages
+//     stages in flight): V (v8: plane A, plane B if v-refined) and, for refined keys, planes A
+//     and B of K, by cp.async, all issued before the cut mass is summed. Per stage the weights
+//     (fine logit if refined), T / T_lse and N over the stage's slots in slot order = key order.
+// Orders are the reference's (and v2's): N[g][d] one thread, live keys in index order; T, T_lse
+// one thread per row over live keys in index order; the cut mass one thread per row over cut
+// keys in index order with the page flushes of v2. Only screened modes, D 64 / 128, G <= 16;
+// dense and other shapes run the v2 split.
+constexpr int kV3Ring = 4;             // plane-A chunks in flight in the screen
+constexpr int kV3Stages = 2;           // gather stages (64 live keys each) in flight
+constexpr int kV3SA = kSplitKeys + 4;  // row stride (floats) of the coarse-logit buffer
+constexpr int kV3MaxG = 16;
+
+__host__ __device__ inline size_t split3_smem_bytes(int G, int D) {
+  const size_t ring = static_cast<size_t>(kV3Ring) * kChunk * D;
+  const size_t stages = static_cast<size_t>(kV3Stages) * kChunk * 4 * D;  // V 2D | K A, B 2D
+  return (ring > stages ? ring : stages)               // ring, then the gather stages
+         + static_cast<size_t>(G) * D * 4              // N
+         + static_cast<size_t>(G) * kV3SA * 4          // coarse logits / cut weights
+         + 2u * G * (kChunk + 4) * 4                   // stage weights w, pe
+         + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
+         + (8u + kPagesPerSplit) * G * 4               // per-row values, page cut masses
+         + static_cast<size_t>(kSplitKeys) * 4;        // key scales
+}
+
+inline bool split3_supported(int G, int D, bool dense) {
+  return !dense && G <= kV3MaxG && (D == 64 || D == 128);
+}
+
+template <int NP>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_split3_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                         const int pass, int64_t *stats) {
+  constexpr int D = 64 * NP;
+  constexpr int WS = kChunk + 4;
+  constexpr int NCH = kSplitKeys / kChunk;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_flags[kChunk];  // flags of the current stage's slots
+  __shared__ uint64_t s_live[NCH], s_cutm[NCH], s_refm[NCH], s_vrefm[NCH];
+  __shared__ int16_t s_list[kSplitKeys];  // live keys (offsets in the split)
+  __shared__ int32_t s_page_last[kPagesPerSplit];
+  __shared__ int s_keys, s_nlive, s_ref, s_vref;
+  __shared__ float s_e4m3[256];
+  __shared__ int64_t s_rowbase[NCH];
+  const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int32_t L = c.lengths[b];
+  const int32_t s0 = s * kSplitKeys;
+  if (s0 >= L) return;
+  if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
+  const int32_t s1 = min(L, s0 + kSplitKeys);
+  const int nks = s1 - s0;
+  const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
+  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kq = tid >> 2, u = tid & 3;
+  const int mg = lane >> 2, mt = lane & 3;
+  const bool v8 = c.v8 != 0, pf16 = c.dtype == FOLD_DTYPE_F16 && !v8;
+  const size_t ring_bytes = static_cast<size_t>(kV3Ring) * kChunk * D;
+  const size_t stage_bytes = static_cast<size_t>(kV3Stages) * kChunk * 4 * D;
+  unsigned char *buf = smem;  // ring (screen), then the gather stages
+  float *ns =
+      reinterpret_cast<float *>(buf + (ring_bytes > stage_bytes ? ring_bytes : stage_bytes));
+  float *sa = ns + G * D;
+  float *w = sa + G * kV3SA;
+  float *pe = w + G * WS;
+  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * WS);
+  const int nrb = (G + 7) / 8;
+  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
+  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
+  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  float *s_sk = page_cut + kPagesPerSplit * G;
+
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  const int nchunks = (nks + kChunk - 1) / kChunk;
+  // Cache rows of the split's chunks (the first is needed at once: computed by every thread).
+  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  const int64_t row_first = key_row(c, b, hk, s0);
+  // Plane A of chunk ci into ring stage ci % kV3Ring (this thread's quarter of key kq).
+  auto issue_a = [&](int ci, int64_t rb) {
+    if (ci < nchunks && kq < min(kChunk, nks - ci * kChunk)) {
+      unsigned char *dst = buf + static_cast<size_t>(ci % kV3Ring) * kChunk * D + kq * D;
+      const unsigned char *src = reinterpret_cast<const unsigned char *>(c.k_a) + (rb + kq) * D;
+      const int sw = NP >= 2 ? 4 * (kq & 1) : 0;
+#pragma unroll
+      for (int i = 0; i < NP; ++i)
+        cp_async16(dst + 16 * ((u + 4 * i) ^ sw), src + 16 * (u + 4 * i));
+    }
+    cp_async_commit();
+  };
+  issue_a(0, row_first);
+  // The scales of the split's keys (two loads in flight per thread).
+  for (int k = tid; k < nks; k += blockDim.x) {
+    const int32_t j = s0 + k;
+    const int64_t r = (j / P == s0 / P) ? row_first + (j - s0) : key_row(c, b, hk, j);
+    s_sk[k] = bf16_bits_to_float(c.k_scale[r]);
+  }
+  for (int e = tid; e < nrb * 2 * NP * 32; e += blockDim.x) {  // as decode_split_kernel
+    const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
+    const int r = 8 * rb + (ln >> 2);
+    const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+    if (r < G) {
+      const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
+      const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
+      a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
+    }
+    qfrag[e] = a;
+  }
+  for (int g = tid; g < G; g += blockDim.x) {
+    const float z = ws.z[row0 + g];
+    sq[g] = ws.sq[row0 + g];
+    zr[g] = z;
+    thr_live[g] = sub_rn(z, p.depth);
+    thr_ref[g] = sub_rn(z, p.refine_band);
+    thr_vref[g] = sub_rn(z, p.v_refine_band);
+    ts[g] = 0.0f;
+    tlse[g] = 0.0f;
+    cut[g] = 0.0f;
+  }
+  for (int e = tid; e < G * D; e += blockDim.x) ns[e] = 0.0f;
+  if (tid == 0) s_keys = s_nlive = s_ref = s_vref = 0;
+  int vexp = 0;
+  if (v8) {
+    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
+    vexp = x == kVExpUnset ? 0 : x;
+    for (int i = tid; i < 256; i += blockDim.x) s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
+  }
+  __syncthreads();  // s_rowbase
+  for (int ci = 1; ci < kV3Ring; ++ci) issue_a(ci, ci < nchunks ? s_rowbase[ci] : 0);
+
+  // ---- phase 1: screen every chunk of the split ----
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int nk = min(kChunk, nks - ci * kChunk);
+    const bool present = kq < nk;
+    cp_async_wait<kV3Ring - 1>();
+    __syncthreads();
+    int4 ka[NP];
+    {
+      const unsigned char *src = buf + static_cast<size_t>(ci % kV3Ring) * kChunk * D + kq * D;
+      const int sw = NP >= 2 ? 4 * (kq & 1) : 0;
+#pragma unroll
+      for (int i = 0; i < NP; ++i)
+        ka[i] = present ? *reinterpret_cast<const int4 *>(src + 16 * ((u + 4 * i) ^ sw))
+                        : make_int4(0, 0, 0, 0);
+    }
+    float skj[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int k = 8 * warp + 2 * mt + j;
+      skj[j] = k < nk ? s_sk[ci * kChunk + k] : 0.0f;
+    }
+    int vbits = 0;
+    for (int rb = 0; rb < nrb; ++rb) {
+      int32_t cc[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
+        mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
+      }
+      const int r = 8 * rb + mg;
+      if (r < G) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float sav =
+              coarse_logit(cc[j], cc[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
+          vbits |= ((sav >= thr_live[r] ? 1 : 0) | (sav >= thr_ref[r] ? 2 : 0) |
+                    (v8 && sav >= thr_vref[r] ? 4 : 0))
+                   << (3 * j);
+          sa[r * kV3SA + ci * kChunk + 8 * warp + 2 * mt + j] = sav;
+        }
+      }
+    }
+    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
+    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
+    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
+    const int mine = __shfl_sync(0xffffffffu, vbits, lane >> 3) >> (3 * ((lane >> 2) & 1));
+    const bool live = (mine & 1) != 0 && present;
+    const bool refine = (mine & 2) != 0 && live;
+    const bool vref = (mine & 4) != 0 && live;
+    {
+      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live);
+      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live);
+      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine);
+      const unsigned int bv = __ballot_sync(0xffffffffu, u == 0 && vref);
+      const unsigned int bp = __ballot_sync(0xffffffffu, u == 0 && present);
+      if (lane == 0) {
+        unsigned char *l8 = reinterpret_cast<unsigned char *>(&s_live[ci]);
+        unsigned char *c8 = reinterpret_cast<unsigned char *>(&s_cutm[ci]);
+        unsigned char *r8 = reinterpret_cast<unsigned char *>(&s_refm[ci]);
+        unsigned char *v8m = reinterpret_cast<unsigned char *>(&s_vrefm[ci]);
+        l8[warp] = static_cast<unsigned char>(pack_keys(bl));
+        c8[warp] = static_cast<unsigned char>(pack_keys(bc));
+        r8[warp] = static_cast<unsigned char>(pack_keys(br));
+        v8m[warp] = static_cast<unsigned char>(pack_keys(bv));
+        if (__popc(bp) != 0) atomicAdd(&s_keys, __popc(bp));
+        if (__popc(bl) != 0) atomicAdd(&s_nlive, __popc(bl));
+        if (__popc(br) != 0) atomicAdd(&s_ref, __popc(br));
+        if (__popc(bv) != 0) atomicAdd(&s_vref, __popc(bv));
+      }
+    }
+    __syncthreads();  // every thread has read ring stage ci % kV3Ring
+    const int cn = ci + kV3Ring;
+    issue_a(cn, cn < nchunks ? s_rowbase[cn] : 0);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // masks, coarse logits; the ring is free
+
+  // ---- phase 2: the live list, the gathers, the cut mass ----
+  for (int k = tid; k < nks; k += blockDim.x) {
+    const int ci = k / kChunk, kk = k % kChunk;
+    const uint64_t m = s_live[ci];
+    if ((m >> kk) & 1ull) {
+      int pos = __popcll(m & ((1ull << kk) - 1ull));
+      for (int i = 0; i < ci; ++i) pos += __popcll(s_live[i]);
+      s_list[pos] = static_cast<int16_t>(k);
+    }
+  }
+  __syncthreads();
+  const int nlive = s_nlive;
+  const int nstages = (nlive + kChunk - 1) / kChunk;
+  const size_t srow = 4 * D;  // stage row: V (2D: bf16 / fp16, or v8 planes A | B), K A | B
+  // Slot kq of gather stage si into buffer stage si % kV3Stages (this thread's quarter).
+  auto issue_stage = [&](int si) {
+    const int slot = si * kChunk + kq;
+    if (si < nstages && slot < nlive) {
+      const int k = s_list[slot], ci = k / kChunk, kk = k % kChunk;
+      const int64_t r = s_rowbase[ci] + kk;
+      const bool refine = (s_refm[ci] >> kk) & 1ull, vref = (s_vrefm[ci] >> kk) & 1ull;
+      unsigned char *dst = buf + (static_cast<size_t>(si % kV3Stages) * kChunk + kq) * srow;
+      if (v8) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          cp_async16(dst + 16 * (u + 4 * i), c.v_a + r * D + 16 * (u + 4 * i));
+          if (vref) cp_async16(dst + D + 16 * (u + 4 * i), c.v_b + r * D + 16 * (u + 4 * i));
+        }
+      } else {
+        const unsigned char *src = static_cast<const unsigned char *>(c.v) + r * 2 * D;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+      }
+      if (refine) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          cp_async16(dst + 2 * D + 16 * (u + 4 * i), c.k_a + r * D + 16 * (u + 4 * i));
+          cp_async16(dst + 3 * D + 16 * (u + 4 * i), c.k_b + r * D + 16 * (u + 4 * i));
+        }
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int si = 0; si < kV3Stages; ++si) issue_stage(si);
+
+  // Cut keys' weights 2^(s_A - Z), in place (the gathers are in flight).
+  for (int e = tid; e < G * nks; e += blockDim.x) {
+    const int g = e / nks, k = e % nks;
+    if ((s_cutm[k / kChunk] >> (k % kChunk)) & 1ull)
+      sa[g * kV3SA + k] = exp2_fp(sub_rn(sa[g * kV3SA + k], zr[g]));
+  }
+  __syncthreads();
+  // The cut mass, row g on thread kThreads - 1 - g, cut keys in index order, page flushes as
+  // decode_split_kernel (a page's mass goes out when the next page starts, if it had a cut key).
+  int n_pages = 0;
+  {
+    const int g = kThreads - 1 - tid;
+    bool page_has_cut = false;
+    float cu = g < G ? cut[g] : 0.0f;
+    for (int ci = 0; ci < nchunks; ++ci) {
+      const int32_t j0 = s0 + ci * kChunk;
+      const bool new_page = j0 > s0 && j0 % P == 0;
+      if (new_page && page_has_cut) {
+        if (g >= 0 && g < G) {
+          page_cut[n_pages * G + g] = cu;
+          cu = 0.0f;
+        }
+        if (tid == 0) s_page_last[n_pages] = j0 - 1;
+        n_pages += 1;
+      }
+      if (new_page) page_has_cut = false;
+      const uint64_t cm = s_cutm[ci];
+      page_has_cut = page_has_cut || cm != 0;
+      if (g >= 0 && g < G) {
+        const float4 *row4 = reinterpret_cast<const float4 *>(sa + g * kV3SA + ci * kChunk);
+        // float4 loads over the whole chunk (keys past the split have no cut bit), so the
+        // loads do not wait for the adds.
+#pragma unroll 4
+        for (int k = 0; k < kChunk; k += 4) {
+          const float4 wv = row4[k / 4];
+          const unsigned int cb4 = static_cast<unsigned int>(cm >> k) & 15u;
+          if (cb4 & 1u) cu = add_rn(cu, wv.x);
+          if (cb4 & 2u) cu = add_rn(cu, wv.y);
+          if (cb4 & 4u) cu = add_rn(cu, wv.z);
+          if (cb4 & 8u) cu = add_rn(cu, wv.w);
+        }
+      }
+    }
+    if (page_has_cut) {
+      if (g >= 0 && g < G) page_cut[n_pages * G + g] = cu;
+      if (tid == 0) s_page_last[n_pages] = s1 - 1;
+      n_pages += 1;
+    }
+  }
+
+  // ---- phase 2: per stage, weights, T / T_lse, N over the live slots in key order ----
+  for (int si = 0; si < nstages; ++si) {
+    const int nk = min(kChunk, nlive - si * kChunk);
+    const unsigned char *stg = buf + static_cast<size_t>(si % kV3Stages) * kChunk * srow;
+    int k_mine = -1;  // the MMA layout's slots 8 warp + 2 mt + j
+    bool mref[2], mpres[2];
+    int kslot[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int slot = 8 * warp + 2 * mt + j;
+      mpres[j] = slot < nk;
+      kslot[j] = mpres[j] ? s_list[si * kChunk + slot] : 0;
+      mref[j] = mpres[j] && ((s_refm[kslot[j] / kChunk] >> (kslot[j] % kChunk)) & 1ull);
+    }
+    {
+      const bool present = kq < nk;
+      if (present) k_mine = s_list[si * kChunk + kq];
+      if (u == 0) {
+        int fl = 0;
+        if (present) {
+          const int ci = k_mine / kChunk, kk = k_mine % kChunk;
+          fl = kFlagPresent | kFlagLive | (((s_refm[ci] >> kk) & 1ull) ? kFlagRefine : 0) |
+               (((s_vrefm[ci] >> kk) & 1ull) ? kFlagVRefine : 0);
+        }
+        s_flags[kq] = fl;
+      }
+    }
+    cp_async_wait<kV3Stages - 1>();
+    __syncthreads();  // the stage's copies (all threads), s_flags
+    const bool my_ref = k_mine >= 0 && ((s_refm[k_mine / kChunk] >> (k_mine % kChunk)) & 1ull);
+    const bool any_refine = __any_sync(0xffffffffu, my_ref);
+    int4 ka[NP], kb[NP];
+#pragma unroll
+    for (int i = 0; i < NP; ++i) ka[i] = kb[i] = make_int4(0, 0, 0, 0);
+    if (my_ref) {
+      const unsigned char *row = stg + kq * srow;
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        ka[i] = *reinterpret_cast<const int4 *>(row + 2 * D + 16 * (u + 4 * i));
+        kb[i] = *reinterpret_cast<const int4 *>(row + 3 * D + 16 * (u + 4 * i));
+      }
+    }
+    for (int rb = 0; rb < nrb; ++rb) {
+      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+      if (any_refine) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
+          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
+          mma_s8(ca, a0, ka[i].x, ka[i].y);
+          mma_s8(ca, a1, ka[i].z, ka[i].w);
+          mma_s8(cb, a0, kb[i].x, kb[i].y);
+          mma_s8(cb, a1, kb[i].z, kb[i].w);
+        }
+      }
+      const int r = 8 * rb + mg;
+      if (r < G) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (!mpres[j]) continue;
+          const int e = r * WS + 8 * warp + 2 * mt + j;
+          const float ell = mref[j]
+                                ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                             logit_multiplier(sq[r], s_sk[kslot[j]], 16 + log2d))
+                                : sa[r * kV3SA + kslot[j]];
+          const float pex = exp2_fp(sub_rn(ell, zr[r]));
+          pe[e] = pex;
+          w[e] = round_operand(pex, pf16);
+        }
+      }
+    }
+    __syncthreads();
+    // T and T_lse: row g on thread kThreads - 1 - g, slots in order (= live keys in index order).
+    for (int g = kThreads - 1 - tid; g >= 0 && g < G; g += kThreads) {
+      float t = ts[g], tl = tlse[g];
+      for (int k = 0; k < nk; ++k) {
+        t = add_rn(t, w[g * WS + k]);
+        tl = add_rn(tl, pe[g * WS + k]);
+      }
+      ts[g] = t;
+      tlse[g] = tl;
+    }
+    const uint64_t all = nk == kChunk ? ~0ull : ((1ull << nk) - 1ull);
+    const PvArgs pa{ns, w, WS, stg, s_flags, all, nk, D, static_cast<int>(srow), v8, vexp, pf16};
+    // bf16 / fp16: v2's dense loop over the nk slots; v8: v2's table loop over the slot mask.
+    if (G % 2 == 0)
+      pv_items<2, true, NP == 2 ? 1 : 4>(pa, G, !v8, v8, pf16, s_e4m3);
+    else
+      pv_items<1, true, NP == 2 ? 1 : 4>(pa, G, !v8, v8, pf16, s_e4m3);
+    __syncthreads();  // the stage is free, w / pe / s_flags may be rewritten
+    issue_stage(si + kV3Stages);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  // The split's partial, as decode_split_kernel.
+  for (int e = tid; e < G * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    float cn = 0.0f;
+    for (int i = 0; i < n_pages; ++i) {
+      const int32_t last = s_page_last[i];
+      const int32_t count = min(P, L - (last - last % P));
+      const float mean =
+          div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
+      cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
+    }
+    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(ns[e], cn);
+  }
+  for (int g = tid; g < G; g += blockDim.x) {
+    float ct = 0.0f;
+    for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
+    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
+    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
+  }
+  if (tid == 0) {
+    const int64_t vbytes = v8 ? D : 2 * D;
+    const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
+                          static_cast<int64_t>(s_nlive) * vbytes + static_cast<int64_t>(s_ref) * D +
+                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
+    if (pass == 0) {
+      unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
+      stat_add(gc + 0, s_keys);
+      stat_add(gc + 1, s_nlive);
+      stat_add(gc + 2, s_ref);
+      stat_add(gc + 3, s_vref);
+      stat_add(gc + 4, bytes);
+    } else {
+      stat_add(stat_ptr(stats, kKeys), s_keys);
+      stat_add(stat_ptr(stats, kLive), s_nlive);
+      stat_add(stat_ptr(stats, kRefine), s_ref);
+      stat_add(stat_ptr(stats, kVRefine), s_vref);
+      stat_add(stat_ptr(stats, kBytes), bytes);
+    }
+  }
+}
+
 // ---- combine (+ guard) --------------------------------------------------------------
 
 // grid (Hkv, B). Pass 0: sums the splits in order, flags groups with a row outside the
@@ -1572,6 +2021,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // selects the v1 front, split and combine kernels (notes/decode.md section 10).
   const char *variant = std::getenv("FOLD_DECODE_VARIANT");
   const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
+  // FOLD_DECODE_VARIANT=v3: v2's front and combine, the two-phase split (decode_split3_kernel)
+  // for the screened modes at D 64 / 128, G <= 16 (v2's split otherwise).
+  const bool v3 = variant != nullptr && std::strcmp(variant, "v3") == 0;
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   const dim3 group_grid(c.n_kv_heads, c.batch);
@@ -1598,8 +2050,18 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                                static_cast<int>(smem)),
           "cudaFuncSetAttribute(decode_split_kernel)");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
+  const bool use3 = v3 && split3_supported(G, c.head_dim, p.dense != 0);
+  const size_t smem3 = use3 ? split3_smem_bytes(G, c.head_dim) : 0;
+  auto split3 = c.head_dim == 64 ? decode_split3_kernel<1> : decode_split3_kernel<2>;
+  if (use3)
+    check(cudaFuncSetAttribute(split3, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem3)),
+          "cudaFuncSetAttribute(decode_split3_kernel)");
   for (int pass = 0; pass < 2; ++pass) {
-    split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
+    if (use3)
+      split3<<<split_grid, kThreads, smem3, stream>>>(c, p, ws, pass, stats);
+    else
+      split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
     check(cudaGetLastError(), "decode_split_kernel launch");
     if (v1) {
       decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);

@@ -171,8 +171,8 @@ def test_decode_matches_cpu_ragged(cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
 def test_decode_variants_bitwise(cfg, monkeypatch):
-    # The v2 split/combine (default) and v1 (FOLD_DECODE_VARIANT=v1, read per call) against
-    # the CPU reference: outputs, LSE and read statistics bit for bit.
+    # The v2 split/combine (default), v1 and v3 (FOLD_DECODE_VARIANT=v1 / v3, read per call)
+    # against the CPU reference: outputs, LSE and read statistics bit for bit.
     dtype, D, Hkv, G, depth, v8 = cfg
     lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
     B = len(lengths)
@@ -180,7 +180,7 @@ def test_decode_variants_bitwise(cfg, monkeypatch):
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=depth, v8=v8, page_size=128, dtype=dtype)
     _fill((cpu, gpu), k, v, lengths, chunks=2)
     oc, lc, sc = _step(cpu, q)
-    for variant in ("v2", "v1"):
+    for variant in ("v2", "v1", "v3"):
         monkeypatch.setenv("FOLD_DECODE_VARIANT", variant)
         og, lg, sg = _step(gpu, q)
         assert torch.equal(_bits(oc), _bits(og)), variant
