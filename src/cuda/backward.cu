@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "core/tile_plan.h"
 #include "cuda/launch.h"
+#include "cuda/launch_setup.h"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda {
@@ -359,17 +360,7 @@ void launch_main(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, cudaStream_t stream) {
   using Cfg = BwdCfg<D>;
   auto kernel = backward_kernel<D, Tag>;
-  // Once per device and instantiation, so that a later call can be captured in a graph.
-  static std::atomic<uint64_t> configured{0};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if ((configured.load() & bit) == 0) {
-    check(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
-        "cudaFuncSetAttribute(backward)");
-    configured.fetch_or(bit);
-  }
+  set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "backward");
   const dim3 grid((p.seqlen + Cfg::kBn - 1) / Cfg::kBn, p.n_kv_heads, p.batch);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds, dq_grid,
                                                       dk, dv);

@@ -45,6 +45,7 @@
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
+#include "cuda/launch_setup.h"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda {
@@ -824,20 +825,6 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-// Multiprocessors of `device`, queried once per device (a later call may be captured).
-int sm_count(int device) {
-  static std::atomic<int> cached[64] = {};
-  std::atomic<int> &slot = cached[device & 63];
-  int n = slot.load();
-  if (n == 0) {
-    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute(multiprocessors)");
-    n = std::max(n, 1);
-    slot.store(n);
-  }
-  return n;
-}
-
 template <int D, class Tag, bool kPipe>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
@@ -845,17 +832,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                  cudaStream_t stream) {
   using Cfg = Sm90Cfg<D, kPipe>;
   auto kernel = backward_sm90_kernel<D, Tag, kPipe>;
-  // Once per device and instantiation, so that a later call can be captured in a graph.
-  static std::atomic<uint64_t> configured{0};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if ((configured.load() & bit) == 0) {
-    check(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
-        "cudaFuncSetAttribute(backward_sm90)");
-    configured.fetch_or(bit);
-  }
+  set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "backward_sm90");
   // Work items: (KV head x request, key block), in chunks of KV head x request whose key
   // blocks are scheduled together (see the kernel): about two waves of CTAs per chunk (enough
   // for longest-first to balance the causal triangle) and few heads resident at a time (L2
@@ -867,7 +844,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
   if (n_hb == 0 || n_kb == 0) return;
-  int64_t target = (2 * sm_count(device) + n_kb - 1) / n_kb;
+  int64_t target = (2 * sm_count() + n_kb - 1) / n_kb;
   if (const char *env = std::getenv("FOLD_BWD_HB_CHUNK"); env != nullptr && std::atoll(env) > 0)
     target = std::atoll(env);
   if (v1_order) target = n_hb;

@@ -34,6 +34,7 @@
 #include "core/float_bits.h"
 #include "core/status.h"
 #include "cuda/launch.h"
+#include "cuda/launch_setup.h"
 #include "decode/decode_plan.h"
 #include "decode/e4m3.h"
 #include "decode/fp_rules.h"
@@ -2045,18 +2046,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
       c.head_dim == 64    ? (v1 ? decode_split_kernel<1, false> : decode_split_kernel<1, true>)
       : c.head_dim == 128 ? (v1 ? decode_split_kernel<2, false> : decode_split_kernel<2, true>)
                           : (v1 ? decode_split_kernel<4, false> : decode_split_kernel<4, true>);
-  if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
-          "cudaFuncSetAttribute(decode_split_kernel)");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
+                       "decode_split_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const bool use3 = v3 && split3_supported(G, c.head_dim, p.dense != 0);
   const size_t smem3 = use3 ? split3_smem_bytes(G, c.head_dim) : 0;
   auto split3 = c.head_dim == 64 ? decode_split3_kernel<1> : decode_split3_kernel<2>;
   if (use3)
-    check(cudaFuncSetAttribute(split3, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem3)),
-          "cudaFuncSetAttribute(decode_split3_kernel)");
+    set_max_dynamic_smem(reinterpret_cast<const void *>(split3), static_cast<int>(smem3),
+                         "decode_split3_kernel");
   for (int pass = 0; pass < 2; ++pass) {
     if (use3)
       split3<<<split_grid, kThreads, smem3, stream>>>(c, p, ws, pass, stats);

@@ -46,6 +46,7 @@
 #include "cuda/hopper/warpgroup.cuh"
 #include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
+#include "cuda/launch_setup.h"
 #include "cuda/tensor_map.h"
 #include "cuda/tile_mma.cuh"
 
@@ -992,20 +993,6 @@ int64_t persistent_ctas_cap() {
   return n;
 }
 
-// Streaming multiprocessors of the current device (v1.2's grid), cached per device.
-int sm_count(int device) {
-  static std::atomic<int> cache[64] = {};
-  std::atomic<int> &slot = cache[device & 63];
-  int n = slot.load();
-  if (n == 0) {
-    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute(multiProcessorCount)");
-    if (n <= 0) n = 1;
-    slot.store(n);
-  }
-  return n;
-}
-
 template <int D, class Tag>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
@@ -1021,23 +1008,11 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
   static_assert(kSmem12 <= 227 * 1024, "shared memory (v1.2)");
   const int smem_bytes =
       variant == Variant::kV12 ? kSmem12 : (v11 ? C11::kSmemBytes : C::kSmemBytes);
-  // Once per device, instantiation and variant, so that a later call can be captured in a
-  // graph.
-  static std::atomic<uint64_t> configured[4] = {0, 0, 0, 0};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  const int slot = static_cast<int>(variant);
-  if ((configured[slot].load() & bit) == 0) {
-    if (variant == Variant::kV12)
-      check(cudaFuncSetAttribute(forward_v12_kernel<D, Tag>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-            "cudaFuncSetAttribute(forward v1.2)");
-    else
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-            "cudaFuncSetAttribute(forward v1)");
-    configured[slot].fetch_or(bit);
-  }
+  if (variant == Variant::kV12)
+    set_max_dynamic_smem(reinterpret_cast<const void *>(forward_v12_kernel<D, Tag>), smem_bytes,
+                         "forward v1.2");
+  else
+    set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes, "forward v1");
   const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
   const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
   const ViewMap mv = make_view_map(p, v, p.n_kv_heads, C::kBn);
@@ -1052,7 +1027,7 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
     if (all > 0x7fffffff)
       fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads * batch too large for one grid");
     const int64_t cap = persistent_ctas_cap();
-    const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count(device));
+    const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
     forward_v12_kernel<D, Tag><<<static_cast<unsigned>(grid), kThreads, smem_bytes, stream>>>(
         p, mq.map, mk.map, mv.map, muls, out, lse, static_cast<uint32_t>(all));
   } else if (v11) {

@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "core/tile_plan.h"
 #include "cuda/launch.h"
+#include "cuda/launch_setup.h"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda {
@@ -218,17 +219,7 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
             fold_tensor_t out, float *lse, cudaStream_t stream) {
   using Cfg = FwdCfg<D>;
   auto kernel = forward_kernel<D, Tag>;
-  // Once per device and instantiation, so that a later call can be captured in a graph.
-  static std::atomic<uint64_t> configured{0};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if ((configured.load() & bit) == 0) {
-    check(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
-        "cudaFuncSetAttribute(forward)");
-    configured.fetch_or(bit);
-  }
+  set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "forward");
   const dim3 grid((p.seqlen + Cfg::kBm - 1) / Cfg::kBm, p.n_heads, p.batch);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, out, lse);
   check(cudaGetLastError(), "forward_kernel launch");

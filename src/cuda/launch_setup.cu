@@ -1,0 +1,54 @@
+// See launch_setup.h.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/status.h"
+#include "cuda/launch_setup.h"
+
+namespace fold::cuda {
+
+namespace {
+
+void check(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+int current_device() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
+}  // namespace
+
+void set_max_dynamic_smem(const void *kernel, int bytes, const char *what) {
+  const int device = current_device();
+  static std::mutex mutex;
+  static std::map<std::pair<const void *, int>, int> granted;  // (kernel, device) -> bytes
+  const std::lock_guard<std::mutex> lock(mutex);
+  int &have = granted[{kernel, device}];
+  if (have >= bytes) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        (std::string("cudaFuncSetAttribute(") + what + ")").c_str());
+  have = bytes;
+}
+
+int sm_count() {
+  const int device = current_device();
+  static std::mutex mutex;
+  static std::map<int, int> counts;  // device -> multiprocessors
+  const std::lock_guard<std::mutex> lock(mutex);
+  int &n = counts[device];
+  if (n == 0) {
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute(multiProcessorCount)");
+    if (n <= 0) n = 1;
+  }
+  return n;
+}
+
+}  // namespace fold::cuda

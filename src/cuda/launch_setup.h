@@ -1,0 +1,16 @@
+// Per-device launch setup the launchers share: the dynamic shared memory opt-in and the
+// multiprocessor count. Each is done or queried once per device (and kernel), so that a
+// call captured in a CUDA graph later repeats no host work.
+#pragma once
+
+namespace fold::cuda {
+
+// Raises `kernel`'s dynamic shared memory limit on the current device to at least `bytes`
+// (above 48 KB a kernel must opt in); `what` names the kernel in an error (FOLD_ERR_CUDA).
+// Thread-safe.
+void set_max_dynamic_smem(const void *kernel, int bytes, const char *what);
+
+// Streaming multiprocessors of the current device (>= 1).
+int sm_count();
+
+}  // namespace fold::cuda
