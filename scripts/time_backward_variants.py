@@ -16,31 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-
-SHAPES = [  # (B, S, H, Hkv, D)
-    (2, 8192, 32, 8, 128),
-    (4, 4096, 32, 8, 128),
-    (8, 2048, 16, 16, 128),
-    (8, 2048, 32, 32, 64),
-    (2, 8192, 64, 8, 64),
-    (16, 1024, 32, 8, 128),
-]
-
-
-def timed(fn, iters=10, warmup=3):
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
+from quick_timing import SHAPES, timed  # scripts/ is on sys.path when run as a script
 
 def bits(t):
     return t.view(torch.int16)

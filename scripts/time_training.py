@@ -15,21 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-
-
-def timed(fn, iters=10, warmup=3):
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+from quick_timing import timed  # scripts/ is on sys.path when run as a script
 
 
 def main():
