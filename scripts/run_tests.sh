@@ -5,6 +5,22 @@
 # marked and skip without a GPU; run scripts/gpu_round.sh on a GPU machine for those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The C++ half needs CMake, Ninja, GoogleTest and clang-format: installed here when missing
+# (Debian/Ubuntu, as root), so this command works on a fresh machine.
+if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || [ ! -f /usr/include/gtest/gtest.h ] ||
+  ! command -v clang-format >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -q
+    apt-get install -y -q cmake ninja-build libgtest-dev clang-format
+  else
+    echo "run_tests.sh needs cmake, ninja, GoogleTest and clang-format" \
+      "(apt-get install cmake ninja-build libgtest-dev clang-format)" >&2
+    exit 1
+  fi
+fi
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 if ! python3 -c "import fold_attention" 2>/dev/null; then
   echo "fold_attention is not installed: run 'python3 -m pip install \".[test]\"' first" >&2
   exit 1
