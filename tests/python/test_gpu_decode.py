@@ -212,14 +212,15 @@ def test_guard_fixup_matches_cpu():
         if dtype == torch.float16:
             assert sg["fixup_rows"] > 0
         assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
-        # v1 kernels (FOLD_DECODE_VARIANT=v1, read per call): the same bits and fix-up.
-        os.environ["FOLD_DECODE_VARIANT"] = "v1"
-        try:
-            o1, l1, s1 = _step(gpu, q.to(dtype))
-        finally:
-            del os.environ["FOLD_DECODE_VARIANT"]
-        assert torch.equal(_bits(oc), _bits(o1)) and torch.equal(_bits(lc), _bits(l1))
-        assert s1 == sc, (s1, sc)
+        # v1 and v3 kernels (FOLD_DECODE_VARIANT, read per call): the same bits and fix-up.
+        for variant in ("v1", "v3"):
+            os.environ["FOLD_DECODE_VARIANT"] = variant
+            try:
+                o1, l1, s1 = _step(gpu, q.to(dtype))
+            finally:
+                del os.environ["FOLD_DECODE_VARIANT"]
+            assert torch.equal(_bits(oc), _bits(o1)) and torch.equal(_bits(lc), _bits(l1)), variant
+            assert s1 == sc, (variant, s1, sc)
 
 
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
