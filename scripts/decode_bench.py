@@ -9,6 +9,7 @@ python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
 python scripts/decode_bench.py --variants v2,v3   kernels to time (FOLD_DECODE_VARIANT per
                                           variant, set before each graph capture; default:
                                           the environment's, i.e. v2 unless set)
+python scripts/decode_bench.py --profile --shape 1   eager steps of one shape (for ncu / nsys)
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
@@ -61,7 +62,9 @@ def set_variant(name):
     os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
 
 
-if profile or "--quick" in sys.argv:
+if "--shape" in sys.argv:  # one of the shapes by index (0, 1, 2), e.g. to profile B32 L8K
+    shapes = shapes[int(sys.argv[sys.argv.index("--shape") + 1]) :][:1]
+elif profile or "--quick" in sys.argv:
     shapes = shapes[:1]
 for B, L, H, Hkv, D in shapes:
     torch.manual_seed(0)
