@@ -98,8 +98,9 @@ for B, L, H, Hkv, D in shapes:
     if profile:
         for depth in (None, 12.0):
             cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
-            cache.add_request()
-            cache.extend(0, k[0], v[0])
+            for b in range(B):
+                cache.add_request()
+                cache.extend(b, k[b], v[b])
             out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
             lse = torch.empty(B, H, dtype=torch.float32, device=dev)
             for var in variants:

@@ -408,7 +408,7 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 template <int E, bool V2>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
-                        const int H, const Ws ws, int64_t *stats) {
+                        const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
   constexpr int D = 32 * E;
   __shared__ __align__(16) int8_t qa8[kFrontRows][D];
   __shared__ __align__(16) int8_t qb8[kFrontRows][D];
@@ -422,17 +422,23 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t L = c.lengths[b];
   const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // This block's rows [g_begin, g_end) of the group (blockIdx.z: several blocks per group when
+  // the batch is small, so that more SMs share the front; every row's values are the same
+  // whichever block computes them). Block z = 0 does the group's once-only work.
+  const int g_begin = blockIdx.z * rows_per_cta, g_end = min(G, g_begin + rows_per_cta);
+  const bool first_block = blockIdx.z == 0;
   // The guard state of the group, cleared for the v2 combine (which ORs into it from several
   // blocks); v1's combine overwrites it.
-  for (int g = tid; g < G; g += blockDim.x) ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
-  if (tid == 0) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
+  for (int g = g_begin + tid; g < g_end; g += blockDim.x)
+    ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
+  if (tid == 0 && first_block) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
   if (L <= 0) return;
   if (tid < kHeavyKeys)
     s_heavy[tid] = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
   __syncthreads();
   if (tid == 0) {
     plan_sample_shape(L, s_heavy, sh);
-    stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(sh.n) * (2 * D + 2));
+    if (first_block) stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(sh.n) * (2 * D + 2));
   }
   __syncthreads();
   const int n = sh.n;
@@ -455,8 +461,8 @@ __global__ void __launch_bounds__(kThreads)
     kr = key_row(c, b, hk, s_key[tid]);
     sk = bf16_bits_to_float(c.k_scale[kr]);
   }
-  for (int g0 = 0; g0 < G; g0 += kFrontRows) {
-    const int rows = min(kFrontRows, G - g0);
+  for (int g0 = g_begin; g0 < g_end; g0 += kFrontRows) {
+    const int rows = min(kFrontRows, g_end - g0);
     if (warp < rows)
       quantise_q_row_warp<E>(c, q, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
                              &s_sq[warp]);
@@ -520,14 +526,45 @@ __global__ void __launch_bounds__(kThreads)
               v[k] = mul_rn(v[k], w);
           }
         }
-        // v2: stratum_rank of every slot of the lane at once: one pass over the strata, each
-        // value compared with the lane's 8 (the same counts, ~2x fewer instructions than a
-        // pass per slot).
-        int above[kZSlots / 32];  // (v1: unused, the pass below is skipped)
+        // v2: a stratum slot keeps weight 1 iff its rank (values above it, or equal at a lower
+        // slot) is < kZTopUnweighted. Without NaNs that order is total (value descending, then
+        // slot ascending), so those slots are its first kZTopUnweighted: kZTopUnweighted rounds
+        // of a warp arg-max pick them (~150 instructions; counting every rank took ~10k per
+        // warp, the front's largest cost). Values are >= 0 here, so their bit patterns order
+        // like the values. With a NaN the ranks are counted as the reference counts them.
+        bool nan = false;
+#pragma unroll
+        for (int k = 0; k < kZSlots / 32; ++k) {
+          const int i = lane + 32 * k;
+          nan = nan || (V2 && i >= first_stratum && i < n && v[k] != v[k]);
+        }
+        unsigned int top = 0u;  // bit k: slot lane + 32 k is a top stratum sample
+        const bool by_rounds = V2 && !__any_sync(0xffffffffu, nan);
+        if (by_rounds) {
+          for (int round = 0; round < kZTopUnweighted; ++round) {
+            // This lane's best untaken stratum slot as (value bits, kZSlots - slot) > 0.
+            unsigned int bh = 0u, bl = 0u;
+#pragma unroll
+            for (int k = 0; k < kZSlots / 32; ++k) {
+              const int i = lane + 32 * k;
+              const unsigned int h = __float_as_uint(v[k]), l = kZSlots - i;
+              const bool cand = i >= first_stratum && i < n && ((top >> k) & 1u) == 0u;
+              if (cand && (h > bh || (h == bh && l > bl))) {
+                bh = h;
+                bl = l;
+              }
+            }
+            const unsigned int wh = __reduce_max_sync(0xffffffffu, bh);
+            const unsigned int wl = __reduce_max_sync(0xffffffffu, bh == wh ? bl : 0u);
+            const int slot = kZSlots - static_cast<int>(wl);  // >= 128 strata: always found
+            if ((slot & 31) == lane) top |= 1u << (slot >> 5);
+          }
+        }
+        int above[kZSlots / 32];  // (v1, or a NaN: the counting pass below)
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) above[k] = 0;
 #pragma unroll 4
-        for (int j = V2 ? first_stratum : n; j < n; ++j) {
+        for (int j = V2 && !by_rounds ? first_stratum : n; j < n; ++j) {
           const float xj = x[j];
 #pragma unroll
           for (int k = 0; k < kZSlots / 32; ++k)
@@ -536,8 +573,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
-          if (V2 && i >= first_stratum && i < n && above[k] >= kZTopUnweighted)
-            v[k] = mul_rn(v[k], w);
+          const bool weighted = by_rounds ? ((top >> k) & 1u) == 0u : above[k] >= kZTopUnweighted;
+          if (V2 && i >= first_stratum && i < n && weighted) v[k] = mul_rn(v[k], w);
         }
       }
       // Halving tree: h = 128, 64, 32 inside the lane (slot i = lane + 32 k), then shuffles.
@@ -1821,22 +1858,30 @@ __global__ void __launch_bounds__(kThreads)
 // or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
 // group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
 // pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
+constexpr int kCombineBatch = 64;  // splits staged in shared memory at a time
+constexpr size_t kCombineSmem = static_cast<size_t>(kCombineBatch) * kThreads * 4;
+
 __global__ void __launch_bounds__(kThreads)
     decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                            const fold_tensor_t out, float *lse, const int pass) {
-  __shared__ float s_t[64], s_tl[64];
+  extern __shared__ __align__(16) unsigned char combine_smem[];
+  float *sn = reinterpret_cast<float *>(combine_smem);  // [kCombineBatch][kThreads]: N partials
+  __shared__ float s_pt[4][kCombineBatch], s_ptl[4][kCombineBatch];  // T, T_lse partials
+  __shared__ float s_t[4], s_tl[4];
   const int hk = blockIdx.x, b = blockIdx.y, zb = blockIdx.z;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int32_t L = c.lengths[b];
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   uint16_t *o = static_cast<uint16_t *>(out.data);
-  const int e = zb * kThreads + tid;  // (row, column) = (e / D, e % D)
+  // This block's elements e = (row, column) = (e / D, e % D) for e in [e0, e0 + kThreads): whole
+  // rows g0 .. g0 + nrows - 1 (D divides kThreads), at most 4.
+  const int e0 = zb * kThreads, e = e0 + tid;
+  const int g0 = e0 / D, nrows = min(kThreads / D, G - g0);
   if (pass == 0) {
     if (L <= 0) {
       if (e < G * D) o[b * out.batch_stride + (hk * G + e / D) * out.head_stride + e % D] = 0;
-      if (lse != nullptr && zb == 0)
-        for (int g = tid; g < G; g += blockDim.x) lse[row0 + g] = __uint_as_float(0xff800000u);
+      if (lse != nullptr && tid < nrows) lse[row0 + g0 + tid] = __uint_as_float(0xff800000u);
       return;
     }
   } else if (L <= 0 || ws.flag[grp] == 0) {
@@ -1844,24 +1889,42 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
   const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
-  // N of this thread's element first (its loads in flight while the row sums run).
-  float n = 0.0f;
-  if (e < G * D) {
-    const float *pn = ws.part_n + ((row0 + e / D) * S) * D + e % D;
-#pragma unroll 16
-    for (int s = 0; s < nsplit; ++s) n = add_rn(n, pn[static_cast<int64_t>(s) * D]);
-  }
-  for (int g = tid; g < G; g += blockDim.x) {
-    float t = 0.0f, tl = 0.0f;
-    const float *pt = ws.part_t + (row0 + g) * S, *ptl = ws.part_tl + (row0 + g) * S;
-#pragma unroll 16
-    for (int s = 0; s < nsplit; ++s) {
-      t = add_rn(t, pt[s]);
-      tl = add_rn(tl, ptl[s]);
+  // Every sum runs over the splits in split order, one thread per sum (the reference's order).
+  // The partials of kCombineBatch splits are first staged in shared memory, all copies in
+  // flight at once (cp.async 16-byte pieces for N, a coalesced load per thread for T / T_lse),
+  // so a sum waits one memory latency per batch instead of one per few splits.
+  float n = 0.0f, t = 0.0f, tl = 0.0f;
+  const int pieces = nrows * D / 4;  // 16-byte pieces of one split's N rows
+  for (int sb = 0; sb < nsplit; sb += kCombineBatch) {
+    const int ns = min(kCombineBatch, nsplit - sb);
+    for (int i = tid; i < ns * pieces; i += kThreads) {
+      const int si = i / pieces, pc = i % pieces;
+      const int ge = 4 * pc;  // element offset inside the block's rows
+      const float *src = ws.part_n + ((row0 + g0 + ge / D) * S + sb + si) * D + ge % D;
+      cp_async16(sn + si * kThreads + ge, src);
     }
-    s_t[g] = t;
-    s_tl[g] = tl;
-    if (pass == 0 && zb == 0 &&
+    cp_async_commit();
+    for (int i = tid; i < ns * nrows; i += kThreads) {
+      const int r = i / ns, si = i % ns;
+      s_pt[r][si] = ws.part_t[(row0 + g0 + r) * S + sb + si];
+      s_ptl[r][si] = ws.part_tl[(row0 + g0 + r) * S + sb + si];
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (e < G * D)
+      for (int si = 0; si < ns; ++si) n = add_rn(n, sn[si * kThreads + tid]);
+    if (tid < nrows)
+      for (int si = 0; si < ns; ++si) {
+        t = add_rn(t, s_pt[tid][si]);
+        tl = add_rn(tl, s_ptl[tid][si]);
+      }
+    __syncthreads();
+  }
+  if (tid < nrows) {
+    const int g = g0 + tid;
+    s_t[tid] = t;
+    s_tl[tid] = tl;
+    if (pass == 0 &&
         !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) {
       atomicOr(&ws.bad[row0 + g], 1);
       atomicOr(&ws.flag[grp], 1);
@@ -1874,19 +1937,19 @@ __global__ void __launch_bounds__(kThreads)
       atomicOr(&ws.bad[row0 + g], 1);
       atomicOr(&ws.flag[grp], 1);
     }
-    const float t = s_t[g];
-    const bool ok = t > 0.0f && isfinite(t);
-    float r = ok ? div_rn(n, t) : 0.0f;
+    const float tg = s_t[g - g0];
+    const bool ok = tg > 0.0f && isfinite(tg);
+    float r = ok ? div_rn(n, tg) : 0.0f;
     r = isfinite(r) ? r : 0.0f;
     o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
   }
-  if (lse != nullptr && zb == 0)
-    for (int g = tid; g < G; g += blockDim.x) {
-      const float t = s_t[g];
-      const bool ok = t > 0.0f && isfinite(t);
-      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g])))
-                         : __uint_as_float(0xff800000u);
-    }
+  if (lse != nullptr && tid < nrows) {
+    const int g = g0 + tid;
+    const float tg = s_t[tid];
+    const bool ok = tg > 0.0f && isfinite(tg);
+    lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
+                       : __uint_as_float(0xff800000u);
+  }
 }
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
@@ -2028,18 +2091,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   const dim3 group_grid(c.n_kv_heads, c.batch);
-  if (c.head_dim == 64)
-    (v1 ? decode_front_kernel<2, false>
-        : decode_front_kernel<2, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
-                                                                             ws, stats);
-  else if (c.head_dim == 128)
-    (v1 ? decode_front_kernel<4, false>
-        : decode_front_kernel<4, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
-                                                                             ws, stats);
-  else
-    (v1 ? decode_front_kernel<8, false>
-        : decode_front_kernel<8, true>)<<<group_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads,
-                                                                             ws, stats);
+  // Front rows per block: a warp per row and 8 rows per block when the groups alone fill the
+  // GPU; else one row per block, so that a small batch's front spreads over more SMs (its
+  // sample is then read once per row, from L2). Scheduling only: no value depends on it.
+  const int groups = c.n_kv_heads * c.batch;
+  const int rows_per_cta = (v1 || groups >= sm_count()) ? kFrontRows : 1;
+  const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
+  auto front =
+      c.head_dim == 64    ? (v1 ? decode_front_kernel<2, false> : decode_front_kernel<2, true>)
+      : c.head_dim == 128 ? (v1 ? decode_front_kernel<4, false> : decode_front_kernel<4, true>)
+                          : (v1 ? decode_front_kernel<8, false> : decode_front_kernel<8, true>);
+  front<<<front_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats, rows_per_cta);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
   auto split =
@@ -2055,6 +2117,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   if (use3)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split3), static_cast<int>(smem3),
                          "decode_split3_kernel");
+  if (!v1)
+    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
+                         static_cast<int>(kCombineSmem), "decode_combine2_kernel");
   for (int pass = 0; pass < 2; ++pass) {
     if (use3)
       split3<<<split_grid, kThreads, smem3, stream>>>(c, p, ws, pass, stats);
@@ -2065,7 +2130,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
       decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
     } else {
       const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
-      decode_combine2_kernel<<<cgrid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass);
+      decode_combine2_kernel<<<cgrid, kThreads, kCombineSmem, stream>>>(c, p, ws, out, lse, pass);
     }
     check(cudaGetLastError(), "decode_combine_kernel launch");
     if (pass == 0) {
