@@ -6,9 +6,9 @@ distance to SDPA's.
 python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8 (G 8), D 128
 python scripts/decode_bench.py --quick    B1 L32K only
 python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
-python scripts/decode_bench.py --variants v2,v3   kernels to time (FOLD_DECODE_VARIANT per
-                                          variant, set before each graph capture; default:
-                                          the environment's, i.e. v2 unless set)
+python scripts/decode_bench.py --variants a,b     labels: each is set as FOLD_DECODE_VARIANT
+                                          before its graph capture (for A/B builds that read
+                                          it; the library itself has one decode path)
 python scripts/decode_bench.py --profile --shape 1   eager steps of one shape (for ncu / nsys)
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
@@ -53,7 +53,7 @@ CEILING = 4.6e12  # H200 streaming-read ceiling, bytes/s (notes/decode.md sectio
 profile = "--profile" in sys.argv  # one shape, eager steps only (for nsys)
 H_ = 32 if "--g4" in sys.argv else 64
 shapes = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128))
-variants = [os.environ.get("FOLD_DECODE_VARIANT", "v2")]
+variants = [os.environ.get("FOLD_DECODE_VARIANT", "cuda")]
 if "--variants" in sys.argv:
     variants = sys.argv[sys.argv.index("--variants") + 1].split(",")
 

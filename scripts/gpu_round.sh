@@ -6,7 +6,7 @@
 #   usage: bash scripts/gpu_round.sh [--no-bench] [--gpu-tests-only] [--bench-args "..."]
 #          [--variants] [--timings]
 #   --variants: the opt-in kernel variants (FOLD_FWD_VARIANT=v1.2, FOLD_BWD_VARIANT=v1.2;
-#               ROUND_FWD_VARIANT / ROUND_BWD_VARIANT / ROUND_DECODE_VARIANT pick others)
+#               ROUND_FWD_VARIANT / ROUND_BWD_VARIANT pick others)
 #               under the sanitizers (the GPU suite's variant tests already compare their
 #               bits with the defaults').
 #   --timings:  quick timings (not the benchmark protocol): decode_bench.py, the forward and
@@ -60,7 +60,7 @@ if command -v compute-sanitizer >/dev/null; then
   if [ "$variants" = 1 ]; then
     for tool in memcheck racecheck synccheck; do
       step "${tool}_variants" 180 env FOLD_FWD_VARIANT="${ROUND_FWD_VARIANT:-v1.2}" FOLD_FWD_CTAS=2 \
-        FOLD_BWD_VARIANT="${ROUND_BWD_VARIANT:-v1.2}" FOLD_DECODE_VARIANT="${ROUND_DECODE_VARIANT:-v2}" \
+        FOLD_BWD_VARIANT="${ROUND_BWD_VARIANT:-v1.2}" \
         compute-sanitizer --tool "$tool" --error-exitcode 1 python3 scripts/gpu_smoke.py
     done
   fi

@@ -227,7 +227,11 @@ class Group {
     n_.assign(static_cast<size_t>(G_) * D_, 0.0f);
     t_.assign(G_, 0.0f);
     t_lse_.assign(G_, 0.0f);
-    std::vector<float> ns(static_cast<size_t>(G_) * D_), ts(G_), ts_lse(G_), cut(G_), v(D_);
+    // N's slices (decode_plan.h): nsp[p][g][d], summed in slice order at the split's end.
+    const int P = pv_slices(G_);
+    const size_t GD = static_cast<size_t>(G_) * D_;
+    std::vector<float> nsp(static_cast<size_t>(P) * GD);
+    std::vector<float> ns(GD), ts(G_), ts_lse(G_), cut(G_), v(D_);
     std::vector<float> cut_n(static_cast<size_t>(G_) * D_), cut_t(G_), vmean(D_);
     std::vector<uint8_t> *verdicts = nullptr;
     if (hooks_.verdicts) {
@@ -237,7 +241,7 @@ class Group {
     const double v_bytes = c_.v8 ? D_ : 2.0 * D_;
     for (int32_t s0 = 0; s0 < L_; s0 += split) {
       const int32_t s1 = std::min(L_, s0 + split);
-      std::fill(ns.begin(), ns.end(), 0.0f);
+      std::fill(nsp.begin(), nsp.end(), 0.0f);
       std::fill(ts.begin(), ts.end(), 0.0f);
       std::fill(ts_lse.begin(), ts_lse.end(), 0.0f);
       std::fill(cut.begin(), cut.end(), 0.0f);
@@ -310,12 +314,18 @@ class Group {
           const float pw = p_f16() ? round_to<f16_t>(pe) : round_to<bf16_t>(pe);
           ts[g] = add_rn(ts[g], pw);
           ts_lse[g] = add_rn(ts_lse[g], pe);
-          float *nrow = &ns[static_cast<size_t>(g) * D_];
+          float *nrow =
+              &nsp[static_cast<size_t>(pv_slice_of(j, P)) * GD + static_cast<size_t>(g) * D_];
           // One rounding per key: fma (pw * v is exact in fp32 anyway, bar subnormal products).
           for (int d = 0; d < D_; ++d) nrow[d] = fma_rn(pw, v[d], nrow[d]);
         }
       }
       flush_page(s1 - 1);
+      for (size_t i = 0; i < GD; ++i) {
+        float acc = 0.0f;
+        for (int p = 0; p < P; ++p) acc = add_rn(acc, nsp[static_cast<size_t>(p) * GD + i]);
+        ns[i] = acc;
+      }
       // Cut keys: their mass joins the denominator and mass x page mean(V) the numerator,
       // so the split's partial is final; then the combine adds it (split order).
       for (int g = 0; g < G_; ++g) {

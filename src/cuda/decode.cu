@@ -9,14 +9,13 @@
 // accumulator owned by one thread, keys in index order), so planes, scales, Z, verdicts
 // and N/T match the CPU reference bit for bit.
 //
-// v2 (default; FOLD_DECODE_VARIANT=v1 runs v1, read per call): the same orders, with the
-// value product's format fixed at compile time, the row sums on otherwise idle threads, one
-// barrier less per chunk, a combine over (row, column) blocks and a one-pass stratum rank in
-// the front (notes/decode.md section 10, "v2").
-//
-// v3 (opt-in, FOLD_DECODE_VARIANT=v3; not yet run on a GPU): v2's front and combine, and for
-// the screened modes a split that screens all 512 keys first and then gathers the live keys
-// in a few wide stages (decode_split3_kernel; notes/decode.md section 10, "v3").
+// v2: the same orders, with the value product's format fixed at compile time, the row sums
+// on otherwise idle threads, one barrier less per chunk, a combine over (row, column) blocks
+// and a parallel stratum rank in the front (notes/decode.md section 10, "v2"). Session 3:
+// the value product is split into slices (decode_plan.h pv_slices; a spec change made in
+// the CPU reference too) so that every warp takes a share of each chunk, the front picks its
+// top strata by warp arg-max, and the combine stages the split partials in shared memory.
+// The v1 and v3 kernels were retired (notes/decode.md section 11).
 //
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
@@ -405,7 +404,7 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
 // (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
-template <int E, bool V2>
+template <int E>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
@@ -517,16 +516,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();
         const float w = div_rn(static_cast<float>(sh.m - kZTopUnweighted),
                                static_cast<float>(kZStrata - kZTopUnweighted));
-        if (!V2) {
-#pragma unroll
-          for (int k = 0; k < kZSlots / 32; ++k) {
-            const int i = lane + 32 * k;
-            if (i >= first_stratum && i < n &&
-                stratum_rank(x, first_stratum, n, i) >= kZTopUnweighted)
-              v[k] = mul_rn(v[k], w);
-          }
-        }
-        // v2: a stratum slot keeps weight 1 iff its rank (values above it, or equal at a lower
+        // A stratum slot keeps weight 1 iff its rank (values above it, or equal at a lower
         // slot) is < kZTopUnweighted. Without NaNs that order is total (value descending, then
         // slot ascending), so those slots are its first kZTopUnweighted: kZTopUnweighted rounds
         // of a warp arg-max pick them (~150 instructions; counting every rank took ~10k per
@@ -536,10 +526,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
-          nan = nan || (V2 && i >= first_stratum && i < n && v[k] != v[k]);
+          nan = nan || (i >= first_stratum && i < n && v[k] != v[k]);
         }
         unsigned int top = 0u;  // bit k: slot lane + 32 k is a top stratum sample
-        const bool by_rounds = V2 && !__any_sync(0xffffffffu, nan);
+        const bool by_rounds = !__any_sync(0xffffffffu, nan);
         if (by_rounds) {
           for (int round = 0; round < kZTopUnweighted; ++round) {
             // This lane's best untaken stratum slot as (value bits, kZSlots - slot) > 0.
@@ -560,11 +550,11 @@ __global__ void __launch_bounds__(kThreads)
             if ((slot & 31) == lane) top |= 1u << (slot >> 5);
           }
         }
-        int above[kZSlots / 32];  // (v1, or a NaN: the counting pass below)
+        int above[kZSlots / 32];  // (a NaN: the counting pass below)
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) above[k] = 0;
 #pragma unroll 4
-        for (int j = V2 && !by_rounds ? first_stratum : n; j < n; ++j) {
+        for (int j = by_rounds ? n : first_stratum; j < n; ++j) {
           const float xj = x[j];
 #pragma unroll
           for (int k = 0; k < kZSlots / 32; ++k)
@@ -574,7 +564,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
           const bool weighted = by_rounds ? ((top >> k) & 1u) == 0u : above[k] >= kZTopUnweighted;
-          if (V2 && i >= first_stratum && i < n && weighted) v[k] = mul_rn(v[k], w);
+          if (i >= first_stratum && i < n && weighted) v[k] = mul_rn(v[k], w);
         }
       }
       // Halving tree: h = 128, 64, 32 inside the lane (slot i = lane + 32 k), then shuffles.
@@ -609,20 +599,23 @@ __global__ void __launch_bounds__(kThreads)
 // T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
 constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64
-// Row stride (floats) of the chunk's weight buffers w and pe. v2 pads a row by 4 floats so
-// that the row-sum threads (one per row, float4 loads) hit distinct banks.
-template <bool V2>
-__host__ __device__ constexpr int weight_stride() {
-  return V2 ? kChunk + 4 : kChunk;
-}
+// Row stride (floats) of the chunk's weight buffers w and pe: rows padded by 4 floats so that
+// the row-sum threads (one per row, float4 loads) hit distinct banks.
+constexpr int kWS = kChunk + 4;
 constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4;
 
+// The value product's columns per lane (C) and column halves (H): D = 32 C H.
+__host__ __device__ constexpr int pv_cols(int D) { return D == 256 ? 4 : 2; }
+__host__ __device__ constexpr int pv_halves(int D) { return D / (32 * pv_cols(D)); }
+
 __host__ __device__ inline size_t split_smem_bytes(int G, int D) {
-  return static_cast<size_t>(2) * 64 * 2 * D           // value stages
-         + static_cast<size_t>(G) * D * 4              // N
-         + 2u * G * (kChunk + 4) * 4                   // weights w, pe (v2 row stride)
-         + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
-         + (8u + kPagesPerSplit) * G * 4;              // per-row values, page cut masses
+  const size_t nrb = static_cast<size_t>(G + 7) / 8;
+  return static_cast<size_t>(2) * 64 * 2 * D                            // value stages
+         + static_cast<size_t>(fold::decode::pv_slices(G)) * G * D * 4  // N's slices
+         + 2u * G * kWS * 4                                             // weights w, pe
+         + static_cast<size_t>(kChunk) * 8 * nrb * 4                    // weights, transposed
+         + nrb * 8 * 2 * D                                              // q planes (MMA A)
+         + (8u + kPagesPerSplit) * G * 4;  // per-row values, page cut masses
 }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
@@ -659,233 +652,97 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-// Column values of one key, 4 columns from c4*4 (stage row: bf16/fp16 V, or v8 planes A | B).
-__device__ __forceinline__ void stage_values(const unsigned char *row, int D, int c4, bool v8,
-                                             bool vref, int vexp, bool f16, float v[4]) {
-  if (v8) {
-    const uint32_t a = *reinterpret_cast<const uint32_t *>(row + 4 * c4);
-    const uint32_t bw = vref ? *reinterpret_cast<const uint32_t *>(row + D + 4 * c4) : 0u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      v[i] = v8_value(static_cast<uint8_t>(a >> (8 * i)), static_cast<uint8_t>(bw >> (8 * i)), vexp,
-                      vref);
-  } else {
-    const uint2 w = *reinterpret_cast<const uint2 *>(row + 8 * c4);
-    const uint32_t h[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      v[i] = f16 ? __half2float(__ushort_as_half(static_cast<unsigned short>(h[i])))
-                 : __uint_as_float(h[i] << 16);
-  }
-}
+// Value formats of the stage rows: bf16 / fp16 V (2 D bytes), or v8 planes A | B (D + D).
+enum ValueFormat { kVBf16 = 0, kVF16 = 1, kVV8 = 2 };
 
-struct PvArgs {
-  float *ns;
-  const float *w;  // [G][wst]
-  int wst;
-  const unsigned char *stage;
-  const int *flags;
-  uint64_t live_mask;
-  int nk, D, vrow;
-  bool v8;
-  int vexp;
-  bool pf16;
-};
-
-// N[g0 + r][4 c4 .. 4 c4 + 3] (r < R) += w[g0 + r][k] * v[k][...] over the chunk's live keys
-// in index order (dense: every present key), one fma per column.
-template <int R, bool kDense, bool V2>
-__device__ __forceinline__ void pv_rows(const PvArgs &a, int g0, int c4) {
-  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
-  float4 acc[R];
+// C columns of key k's values from its stage row, from column c0.
+template <int C, int VF>
+__device__ __forceinline__ void load_values(const unsigned char *row, int D, int c0, bool vref,
+                                            float sx, const float *lut, float (&v)[C]) {
+  if (VF == kVV8) {
+    // v8_value's operations with E4M3 decoded by the table (e4m3_to_float of every byte) and
+    // 2^vexp hoisted: the same floats.
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
-  auto step = [&](int k) {
-    float v[4];
-    stage_values(a.stage + k * a.vrow, a.D, c4, a.v8, a.v8 && (a.flags[k] & kFlagVRefine) != 0,
-                 a.vexp, a.pf16, v);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float wk = a.w[(g0 + r) * a.wst + k];
-      acc[r].x = fma_rn(wk, v[0], acc[r].x);
-      acc[r].y = fma_rn(wk, v[1], acc[r].y);
-      acc[r].z = fma_rn(wk, v[2], acc[r].z);
-      acc[r].w = fma_rn(wk, v[3], acc[r].w);
+    for (int c = 0; c < C; ++c) {
+      float u = lut[row[c0 + c]];
+      if (vref) u = add_rn(u, mul_rn(lut[row[D + c0 + c]], 0.125f));
+      v[c] = mul_rn(u, sx);
     }
-  };
-  if (kDense) {
-#pragma unroll 2
-    for (int k = 0; k < a.nk; ++k) step(k);
   } else {
-    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
-}
-
-// v2 value product for bf16 / fp16 values (no v8): the same fma per key and column in the
-// same order as pv_rows, with the value format fixed at compile time (v1's loop carried
-// the v8 and fp16 decoders inline: ~430 static SASS instructions per 2 keys, ~25-30 issued
-// per key on the bf16 path; this one ~15) and, for dense chunks, the weights of 4 keys in
-// one float4 load.
-template <int R, bool kDense, bool F16, int kUnroll>
-__device__ __forceinline__ void pv_rows_16(const PvArgs &a, int g0, int c4) {
-  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
-  float4 acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
-  const unsigned char *col = a.stage + 8 * c4;
-  auto step = [&](int k, const float(&wk)[R]) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(col + k * a.vrow);
-    float v[4];
-    if (F16) {
-      v[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x & 0xffffu)));
-      v[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.x >> 16)));
-      v[2] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y & 0xffffu)));
-      v[3] = __half2float(__ushort_as_half(static_cast<unsigned short>(u.y >> 16)));
+    uint32_t wd[C / 2];
+    if (C == 2) {
+      wd[0] = *reinterpret_cast<const uint32_t *>(row + 2 * c0);
     } else {
-      v[0] = __uint_as_float(u.x << 16);
-      v[1] = __uint_as_float(u.x & 0xffff0000u);
-      v[2] = __uint_as_float(u.y << 16);
-      v[3] = __uint_as_float(u.y & 0xffff0000u);
+      const uint2 u = *reinterpret_cast<const uint2 *>(row + 2 * c0);
+      wd[0] = u.x;
+      wd[C / 2 - 1] = u.y;
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      acc[r].x = fma_rn(wk[r], v[0], acc[r].x);
-      acc[r].y = fma_rn(wk[r], v[1], acc[r].y);
-      acc[r].z = fma_rn(wk[r], v[2], acc[r].z);
-      acc[r].w = fma_rn(wk[r], v[3], acc[r].w);
-    }
-  };
-  if (kDense) {
-    const int nk4 = a.nk & ~3;
-    // kUnroll 1 at D 128 (the compiler's unrolling spilled there), its own choice else.
-#pragma unroll kUnroll
-    for (int k = 0; k < nk4; k += 4) {
-      float4 w4[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        w4[r] = *reinterpret_cast<const float4 *>(a.w + (g0 + r) * a.wst + k);
-      float wk[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = w4[r].x;
-      step(k, wk);
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = w4[r].y;
-      step(k + 1, wk);
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = w4[r].z;
-      step(k + 2, wk);
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = w4[r].w;
-      step(k + 3, wk);
-    }
-    for (int k = nk4; k < a.nk; ++k) {
-      float wk[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
-      step(k, wk);
-    }
-  } else {
-    for (uint64_t m = a.live_mask; m != 0; m &= m - 1) {
-      const int k = __ffsll(static_cast<long long>(m)) - 1;
-      float wk[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) wk[r] = a.w[(g0 + r) * a.wst + k];
-      step(k, wk);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
-}
-
-// v2 value product for v8 values over a depth chunk's live keys: v8_value's operations (plane A,
-// plus plane B / 8 when the key is v-refined, times 2^vexp) with the E4M3 decode read from a
-// 256-entry table of e4m3_to_float (built in shared memory by the same function, so the same
-// floats) and 2^vexp hoisted; same fma order as pv_rows.
-template <int R>
-__device__ __forceinline__ void pv_rows_v8(const PvArgs &a, int g0, int c4, const float *lut) {
-  const float sx = exp2i(a.vexp);  // v8_value's 2^x
-  float4 *ns4 = reinterpret_cast<float4 *>(a.ns);
-  float4 acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = ns4[(g0 + r) * (a.D / 4) + c4];
-  auto step = [&](int k) {
-    const unsigned char *row = a.stage + k * a.vrow;
-    const bool vref = (a.flags[k] & kFlagVRefine) != 0;
-    const uint32_t av = *reinterpret_cast<const uint32_t *>(row + 4 * c4);
-    const uint32_t bw = vref ? *reinterpret_cast<const uint32_t *>(row + a.D + 4 * c4) : 0u;
-    float v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float u = lut[(av >> (8 * i)) & 255u];
-      if (vref) u = add_rn(u, mul_rn(lut[(bw >> (8 * i)) & 255u], 0.125f));
-      v[i] = mul_rn(u, sx);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float wk = a.w[(g0 + r) * a.wst + k];
-      acc[r].x = fma_rn(wk, v[0], acc[r].x);
-      acc[r].y = fma_rn(wk, v[1], acc[r].y);
-      acc[r].z = fma_rn(wk, v[2], acc[r].z);
-      acc[r].w = fma_rn(wk, v[3], acc[r].w);
-    }
-  };
-  for (uint64_t m = a.live_mask; m != 0; m &= m - 1) step(__ffsll(static_cast<long long>(m)) - 1);
-#pragma unroll
-  for (int r = 0; r < R; ++r) ns4[(g0 + r) * (a.D / 4) + c4] = acc[r];
-}
-
-// Every (R rows, 4 columns) item of the value product, by the v2 loop when the values are
-// bf16 / fp16, else (v8, or v1) by pv_rows.
-template <int R, bool V2, int kUnroll>
-__device__ __forceinline__ void pv_items(const PvArgs &a, int G, bool dense, bool v8, bool f16,
-                                         const float *lut) {
-  const int n = (G / R) * (a.D / 4);
-  for (int e = threadIdx.x; e < n; e += blockDim.x) {
-    const int g0 = R * (e / (a.D / 4)), c4 = e % (a.D / 4);
-    if (V2 && !v8) {
-      if (f16) {
-        if (dense)
-          pv_rows_16<R, true, true, kUnroll>(a, g0, c4);
-        else
-          pv_rows_16<R, false, true, kUnroll>(a, g0, c4);
+    for (int i = 0; i < C / 2; ++i) {
+      if (VF == kVF16) {
+        v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] & 0xffffu)));
+        v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] >> 16)));
       } else {
-        if (dense)
-          pv_rows_16<R, true, false, kUnroll>(a, g0, c4);
-        else
-          pv_rows_16<R, false, false, kUnroll>(a, g0, c4);
+        v[2 * i] = __uint_as_float(wd[i] << 16);
+        v[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
       }
-    } else if (V2) {
-      // Depth chunks only: in a dense chunk (the next chunk's planes live in registers) this
-      // loop spilled at D 128, so dense v8 keeps pv_rows.
-      if (dense)
-        pv_rows<R, true, V2>(a, g0, c4);
-      else
-        pv_rows_v8<R>(a, g0, c4, lut);
-    } else if (dense) {
-      pv_rows<R, true, V2>(a, g0, c4);
-    } else {
-      pv_rows<R, false, V2>(a, g0, c4);
     }
+  }
+}
+
+// One warp's item of a chunk's value product: the keys of `mask` (one slice's live keys) in
+// index order x rows 8 rb .. 8 rb + 7 x the lane's C columns from c0, one fma per key and
+// column, added to the slice's partial N (nsl, [G][D] in shared memory). The weights of a key's
+// 8 rows are contiguous in wt (transposed copy, zero for rows >= G): two broadcast loads.
+template <int C, int VF>
+__device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int rb, int G, int D,
+                                        int c0, const unsigned char *stage, int vrow,
+                                        const int *flags, uint64_t mask, float sx,
+                                        const float *lut) {
+  float acc[8][C];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const int g = 8 * rb + r;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = g < G ? nsl[g * D + c0 + c] : 0.0f;
+  }
+  for (uint64_t m = mask; m != 0; m &= m - 1) {
+    const int k = __ffsll(static_cast<long long>(m)) - 1;
+    float v[C];
+    load_values<C, VF>(stage + k * vrow, D, c0, VF == kVV8 && (flags[k] & kFlagVRefine) != 0, sx,
+                       lut, v);
+    const float4 w0 = *reinterpret_cast<const float4 *>(wt + k * rs + 8 * rb);
+    const float4 w1 = *reinterpret_cast<const float4 *>(wt + k * rs + 8 * rb + 4);
+    const float wr[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[r][c] = fma_rn(wr[r], v[c], acc[r][c]);
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const int g = 8 * rb + r;
+    if (g < G)
+#pragma unroll
+      for (int c = 0; c < C; ++c) nsl[g * D + c0 + c] = acc[r][c];
   }
 }
 
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
-template <int NP, bool V2>
+template <int NP>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
   constexpr int D = 64 * NP;
-  constexpr int WS = weight_stride<V2>();
+  constexpr int WS = kWS;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_flags[kChunk];
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ int s_keys, s_live, s_ref, s_vref;
-  __shared__ float s_e4m3[V2 ? 256 : 1];  // v2, v8: e4m3_to_float of every byte
-  __shared__ int64_t s_rowbase[V2 ? kSplitKeys / kChunk : 1];  // v2: cache row of each chunk
+  __shared__ float s_e4m3[256];                       // v8: e4m3_to_float of every byte
+  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];  // cache row of each chunk
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -896,13 +753,14 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = tid >> 2, u = tid & 3;  // screen: key kq of the chunk, quarter u
   const bool dense = p.dense != 0, v8 = c.v8 != 0, pf16 = c.dtype == FOLD_DTYPE_F16 && !v8;
-  unsigned char *stage = smem;  // [2][64][2D]
-  float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);
-  float *w = ns + G * D;
+  const int nrb = (G + 7) / 8, NS = fold::decode::pv_slices(G), RS = 8 * nrb;
+  unsigned char *stage = smem;                                    // [2][64][2D]
+  float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);  // [NS][G][D]: N's slices
+  float *w = ns + NS * G * D;
   float *pe = w + G * WS;
+  float *wt = pe + G * WS;  // [64][RS]: the value operands, transposed (zero for rows >= G)
   // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
-  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * WS);
-  const int nrb = (G + 7) / 8;
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wt + kChunk * RS);
   float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
@@ -934,27 +792,28 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
-  for (int e = tid; e < G * D; e += blockDim.x) ns[e] = 0.0f;
+  for (int e = tid; e < NS * G * D; e += blockDim.x) ns[e] = 0.0f;
+  for (int e = tid; e < kChunk * RS; e += blockDim.x) wt[e] = 0.0f;
   if (tid == 0) s_keys = s_live = s_ref = s_vref = 0;
   int vexp = 0;
   if (v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
     vexp = x == kVExpUnset ? 0 : x;
-    if (V2)
-      for (int i = tid; i < 256; i += blockDim.x)
-        s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
+    for (int i = tid; i < 256; i += blockDim.x) s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
   }
   const size_t vrow = 2 * D;  // bytes of a stage row
 
-  // The cache row of the chunk at j0 (its keys are consecutive rows). v2: read from the
-  // split's table (one page-table lookup and division per chunk, not one per use and thread).
+  // The cache row of the chunk at j0 (its keys are consecutive rows), from the split's table
+  // (one page-table lookup and division per chunk, not one per use and thread).
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
-  if (V2 && tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
   auto chunk_row = [&](int32_t j0) {
-    return V2 && j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
+    return j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
   };
-  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
-  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, float &sk, bool with_b) {
+  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split). The
+  // key scale stays raw bf16 bits until it is used: a conversion here would wait for the load
+  // at once (ncu: the next chunk's prefetch stalled every warp on it).
+  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, uint32_t &sk, bool with_b) {
     const int nk = min(kChunk, s1 - j0);
     if (kq < nk) {
       const int64_t r = chunk_row(j0) + kq;
@@ -966,11 +825,11 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 #pragma unroll
         for (int i = 0; i < NP; ++i) bp[i] = pb[u + 4 * i];
       }
-      sk = bf16_bits_to_float(c.k_scale[r]);
+      sk = c.k_scale[r];
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = bp[i] = make_int4(0, 0, 0, 0);
-      sk = 0.0f;
+      sk = 0u;
     }
   };
   // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
@@ -995,7 +854,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   int4 ka[NP], kb[NP], ka_n[NP], kb_n[NP];
 #pragma unroll
   for (int i = 0; i < NP; ++i) ka[i] = kb[i] = ka_n[i] = kb_n[i] = make_int4(0, 0, 0, 0);
-  float sk = 0.0f, sk_n = 0.0f;
+  uint32_t sk = 0u, sk_n = 0u;
   load_planes(s0, ka, kb, sk, dense);
   if (dense) stage_chunk(s0, 0);
   __syncthreads();
@@ -1012,8 +871,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     // MMA layout: lane (g, t) computes rows 8 rb + g against keys 8 warp + 2t + j (j < 2); the
     // screen layout (key kq, quarter u) holds the planes. Scales of the MMA layout's keys:
     const int mg = lane >> 2, mt = lane & 3;
-    const float skj[2] = {__shfl_sync(0xffffffffu, sk, 8 * mt),
-                          __shfl_sync(0xffffffffu, sk, 8 * mt + 4)};
+    const float skj[2] = {
+        bf16_bits_to_float(static_cast<uint16_t>(__shfl_sync(0xffffffffu, sk, 8 * mt))),
+        bf16_bits_to_float(static_cast<uint16_t>(__shfl_sync(0xffffffffu, sk, 8 * mt + 4)))};
     int vbits = dense ? 0x3f : 0;  // keys 2t (bits 0-2), 2t + 1 (bits 3-5); OR over rows
     if (!dense) {
       // Coarse logits (plane A) and verdict bits.
@@ -1073,9 +933,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       if (more) {
         stage_chunk(j0 + kChunk, st ^ 1);
         load_planes(j0 + kChunk, ka_n, kb_n, sk_n, true);
-        if (!V2) cp_async_wait<1>();
-      } else {
-        if (!V2) cp_async_wait<0>();
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
@@ -1103,11 +960,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       }
       cp_async_commit();
       if (more) load_planes(j0 + kChunk, ka_n, kb_n, sk_n, false);
-      if (!V2) cp_async_wait<0>();
     }
-    // v2: no barrier here. The weights read only what this thread wrote (its coarse logits
-    // in w) and its own registers; the gathers stay in flight until the row sums need them.
-    if (!V2) __syncthreads();
+    // No barrier here. The weights read only what this thread wrote (its coarse logits in w)
+    // and its own registers; the gathers stay in flight until the row sums need them.
     // Weights: live keys 2^(ell - Z) (fine logit if refined, rounded to the value operand),
     // cut keys 2^(s_A - Z); row g's by lane g % 4 of the key's group.
     const bool any_refine = __any_sync(0xffffffffu, refine);
@@ -1143,28 +998,29 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
                                                    logit_multiplier(sq[r], skj[j], 16 + log2d))
                                       : w[e];
             const float pex = exp2_fp(sub_rn(ell, zr[r]));
+            const float pw = round_operand(pex, pf16);
             pe[e] = pex;
-            w[e] = round_operand(pex, pf16);
+            w[e] = pw;
+            wt[(8 * warp + 2 * mt + j) * RS + r] = pw;
           } else {
             w[e] = exp2_fp(sub_rn(w[e], zr[r]));
           }
         }
       }
     }
-    if (V2) {  // this thread's copies of the chunk (dense: the next chunk's stay in flight)
-      if (dense && more)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
-    }
+    // This thread's copies of the chunk (dense: the next chunk's stay in flight).
+    if (dense && more)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8);
     const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8) != 0;
     // T, T_lse and the cut mass: thread per row, keys in index order; a page's cut mass
     // goes out when the next page starts.
     const bool new_page = j0 > s0 && j0 % P == 0;
-    // Row g's sums (cut included) belong to one thread: tid = g (v1), kThreads - 1 - g (v2).
-    const int g_first = V2 ? kThreads - 1 - tid : tid;
+    // Row g's sums (cut included) belong to one thread, kThreads - 1 - g.
+    const int g_first = kThreads - 1 - tid;
     if (new_page && page_has_cut) {
       for (int g = g_first; g < G; g += kThreads) {
         page_cut[n_pages * G + g] = cut[g];
@@ -1175,26 +1031,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     }
     if (new_page) page_has_cut = false;
     page_has_cut = page_has_cut || chunk_cut;
-    if (!V2) {
-      for (int g = tid; g < G; g += blockDim.x) {
-        float t = ts[g], tl = tlse[g], cu = cut[g];
-        for (int k = 0; k < nk; ++k) {
-          const float wv = w[g * WS + k];
-          if (s_flags[k] & kFlagLive) {
-            t = add_rn(t, wv);
-            tl = add_rn(tl, pe[g * WS + k]);
-          } else {
-            cu = add_rn(cu, wv);
-          }
-        }
-        ts[g] = t;
-        tlse[g] = tl;
-        cut[g] = cu;
-      }
-    } else {
-      // v2: the same sums (keys in index order, live to T and T_lse, cut to the cut mass),
-      // by the block's last threads (idle in the value product when it has fewer items than
-      // threads), float4 loads from the padded rows, liveness from the chunk's mask.
+    {
+      // Keys in index order, live to T and T_lse, cut to the cut mass, by the block's last
+      // threads, float4 loads from the padded rows, liveness from the chunk's mask.
       for (int g = g_first; g < G; g += kThreads) {
         float t = ts[g], tl = tlse[g], cu = cut[g];
         const float4 *w4 = reinterpret_cast<const float4 *>(w + g * WS);
@@ -1229,15 +1068,31 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         cut[g] = cu;
       }
     }
-    // N: thread per (R rows, 4 columns), live keys in index order (the value is converted
-    // once for the R rows: half the shared reads and conversions at R = 2).
-    const unsigned char *stg = stage + st * 64 * vrow;
-    const PvArgs pa{ns, w,    WS,  stg, s_flags, live_mask, nk, D, static_cast<int>(vrow),
-                    v8, vexp, pf16};
-    if (G % 2 == 0)
-      pv_items<2, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
-    else
-      pv_items<1, V2, NP == 2 ? 1 : 4>(pa, G, dense, v8, pf16, s_e4m3);
+    // N: warp items (slice, block of 8 rows, column half); lane = C columns x 8 rows; the
+    // slice's live keys in index order (decode_plan.h pv_slices).
+    {
+      constexpr int C = pv_cols(D), HV = pv_halves(D);
+      const unsigned char *stg = stage + st * 64 * vrow;
+      const int per = kChunk / NS;  // keys per slice and chunk
+      const float sx = exp2i(vexp);
+      for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
+        const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
+        const uint64_t bits = per == 64 ? ~0ull : ((1ull << per) - 1ull) << (sl * per);
+        const uint64_t m = live_mask & bits;
+        if (m == 0) continue;
+        float *nsl = ns + sl * G * D;
+        const int c0 = (h * 32 + lane) * C;
+        if (v8)
+          pv_item<C, kVV8>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
+                           s_e4m3);
+        else if (pf16)
+          pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
+                            s_e4m3);
+        else
+          pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
+                             s_e4m3);
+      }
+    }
     if (more) {
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -1265,7 +1120,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
           div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
       cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
     }
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(ns[e], cn);
+    float nsum = 0.0f;  // N's slices in order
+    for (int sl = 0; sl < NS; ++sl) nsum = add_rn(nsum, ns[sl * G * D + e]);
+    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
   }
   for (int g = tid; g < G; g += blockDim.x) {
     float ct = 0.0f;
@@ -1295,566 +1152,11 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   }
 }
 
-// ---- v3 split, screened modes (FOLD_DECODE_VARIANT=v3; notes/decode.md section 10, "v3") ----
-//
-// Two phases per split instead of screen + gather per 64-key chunk:
-//  1. Screen: plane A of the split's chunks streams through a shared ring kV3Ring chunks deep
-//     (cp.async, 16-byte pieces; key k's piece p at p ^ 4 (k & 1) for D >= 128, so a
-//     quarter-warp's reads hit distinct banks), the scales of all keys are read once; the
-//     coarse logits of every (row, key) go to shared memory and the verdicts to per-chunk
-//     64-bit masks. No gather waits inside the screen.
-//  2. Gather: the split's live keys, compacted in index order, in stages of 64 slots (kV3Stages
-//     stages in flight): V (v8: plane A, plane B if v-refined) and, for refined keys, planes A
-//     and B of K, by cp.async, all issued before the cut mass is summed. Per stage the weights
-//     (fine logit if refined), T / T_lse and N over the stage's slots in slot order = key order.
-// Orders are the reference's (and v2's): N[g][d] one thread, live keys in index order; T, T_lse
-// one thread per row over live keys in index order; the cut mass one thread per row over cut
-// keys in index order with the page flushes of v2. Only screened modes, D 64 / 128, G <= 16;
-// dense and other shapes run the v2 split.
-constexpr int kV3Ring = 4;             // plane-A chunks in flight in the screen
-constexpr int kV3Stages = 2;           // gather stages (64 live keys each) in flight
-constexpr int kV3SA = kSplitKeys + 4;  // row stride (floats) of the coarse-logit buffer
-constexpr int kV3MaxG = 16;
-
-__host__ __device__ inline size_t split3_smem_bytes(int G, int D) {
-  const size_t ring = static_cast<size_t>(kV3Ring) * kChunk * D;
-  const size_t stages = static_cast<size_t>(kV3Stages) * kChunk * 4 * D;  // V 2D | K A, B 2D
-  return (ring > stages ? ring : stages)               // ring, then the gather stages
-         + static_cast<size_t>(G) * D * 4              // N
-         + static_cast<size_t>(G) * kV3SA * 4          // coarse logits / cut weights
-         + 2u * G * (kChunk + 4) * 4                   // stage weights w, pe
-         + static_cast<size_t>(G + 7) / 8 * 8 * 2 * D  // q planes as MMA fragments
-         + (8u + kPagesPerSplit) * G * 4               // per-row values, page cut masses
-         + static_cast<size_t>(kSplitKeys) * 4;        // key scales
-}
-
-inline bool split3_supported(int G, int D, bool dense) {
-  return !dense && G <= kV3MaxG && (D == 64 || D == 128);
-}
-
-template <int NP>
-__global__ void __launch_bounds__(kThreads, 2)
-    decode_split3_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                         const int pass, int64_t *stats) {
-  constexpr int D = 64 * NP;
-  constexpr int WS = kChunk + 4;
-  constexpr int NCH = kSplitKeys / kChunk;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int s_flags[kChunk];  // flags of the current stage's slots
-  __shared__ uint64_t s_live[NCH], s_cutm[NCH], s_refm[NCH], s_vrefm[NCH];
-  __shared__ int16_t s_list[kSplitKeys];  // live keys (offsets in the split)
-  __shared__ int32_t s_page_last[kPagesPerSplit];
-  __shared__ int s_keys, s_nlive, s_ref, s_vref;
-  __shared__ float s_e4m3[256];
-  __shared__ int64_t s_rowbase[NCH];
-  const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const int32_t L = c.lengths[b];
-  const int32_t s0 = s * kSplitKeys;
-  if (s0 >= L) return;
-  if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
-  const int32_t s1 = min(L, s0 + kSplitKeys);
-  const int nks = s1 - s0;
-  const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
-  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int kq = tid >> 2, u = tid & 3;
-  const int mg = lane >> 2, mt = lane & 3;
-  const bool v8 = c.v8 != 0, pf16 = c.dtype == FOLD_DTYPE_F16 && !v8;
-  const size_t ring_bytes = static_cast<size_t>(kV3Ring) * kChunk * D;
-  const size_t stage_bytes = static_cast<size_t>(kV3Stages) * kChunk * 4 * D;
-  unsigned char *buf = smem;  // ring (screen), then the gather stages
-  float *ns =
-      reinterpret_cast<float *>(buf + (ring_bytes > stage_bytes ? ring_bytes : stage_bytes));
-  float *sa = ns + G * D;
-  float *w = sa + G * kV3SA;
-  float *pe = w + G * WS;
-  uint4 *qfrag = reinterpret_cast<uint4 *>(pe + G * WS);
-  const int nrb = (G + 7) / 8;
-  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
-  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
-  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
-  float *s_sk = page_cut + kPagesPerSplit * G;
-
-  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  const int nchunks = (nks + kChunk - 1) / kChunk;
-  // Cache rows of the split's chunks (the first is needed at once: computed by every thread).
-  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
-  const int64_t row_first = key_row(c, b, hk, s0);
-  // Plane A of chunk ci into ring stage ci % kV3Ring (this thread's quarter of key kq).
-  auto issue_a = [&](int ci, int64_t rb) {
-    if (ci < nchunks && kq < min(kChunk, nks - ci * kChunk)) {
-      unsigned char *dst = buf + static_cast<size_t>(ci % kV3Ring) * kChunk * D + kq * D;
-      const unsigned char *src = reinterpret_cast<const unsigned char *>(c.k_a) + (rb + kq) * D;
-      const int sw = NP >= 2 ? 4 * (kq & 1) : 0;
-#pragma unroll
-      for (int i = 0; i < NP; ++i)
-        cp_async16(dst + 16 * ((u + 4 * i) ^ sw), src + 16 * (u + 4 * i));
-    }
-    cp_async_commit();
-  };
-  issue_a(0, row_first);
-  // The scales of the split's keys (two loads in flight per thread).
-  for (int k = tid; k < nks; k += blockDim.x) {
-    const int32_t j = s0 + k;
-    const int64_t r = (j / P == s0 / P) ? row_first + (j - s0) : key_row(c, b, hk, j);
-    s_sk[k] = bf16_bits_to_float(c.k_scale[r]);
-  }
-  for (int e = tid; e < nrb * 2 * NP * 32; e += blockDim.x) {  // as decode_split_kernel
-    const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
-    const int r = 8 * rb + (ln >> 2);
-    const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
-    uint4 a = make_uint4(0u, 0u, 0u, 0u);
-    if (r < G) {
-      const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
-      const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
-      a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
-    }
-    qfrag[e] = a;
-  }
-  for (int g = tid; g < G; g += blockDim.x) {
-    const float z = ws.z[row0 + g];
-    sq[g] = ws.sq[row0 + g];
-    zr[g] = z;
-    thr_live[g] = sub_rn(z, p.depth);
-    thr_ref[g] = sub_rn(z, p.refine_band);
-    thr_vref[g] = sub_rn(z, p.v_refine_band);
-    ts[g] = 0.0f;
-    tlse[g] = 0.0f;
-    cut[g] = 0.0f;
-  }
-  for (int e = tid; e < G * D; e += blockDim.x) ns[e] = 0.0f;
-  if (tid == 0) s_keys = s_nlive = s_ref = s_vref = 0;
-  int vexp = 0;
-  if (v8) {
-    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
-    vexp = x == kVExpUnset ? 0 : x;
-    for (int i = tid; i < 256; i += blockDim.x) s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
-  }
-  __syncthreads();  // s_rowbase
-  for (int ci = 1; ci < kV3Ring; ++ci) issue_a(ci, ci < nchunks ? s_rowbase[ci] : 0);
-
-  // ---- phase 1: screen every chunk of the split ----
-  for (int ci = 0; ci < nchunks; ++ci) {
-    const int nk = min(kChunk, nks - ci * kChunk);
-    const bool present = kq < nk;
-    cp_async_wait<kV3Ring - 1>();
-    __syncthreads();
-    int4 ka[NP];
-    {
-      const unsigned char *src = buf + static_cast<size_t>(ci % kV3Ring) * kChunk * D + kq * D;
-      const int sw = NP >= 2 ? 4 * (kq & 1) : 0;
-#pragma unroll
-      for (int i = 0; i < NP; ++i)
-        ka[i] = present ? *reinterpret_cast<const int4 *>(src + 16 * ((u + 4 * i) ^ sw))
-                        : make_int4(0, 0, 0, 0);
-    }
-    float skj[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int k = 8 * warp + 2 * mt + j;
-      skj[j] = k < nk ? s_sk[ci * kChunk + k] : 0.0f;
-    }
-    int vbits = 0;
-    for (int rb = 0; rb < nrb; ++rb) {
-      int32_t cc[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int i = 0; i < NP; ++i) {
-        mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
-        mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
-      }
-      const int r = 8 * rb + mg;
-      if (r < G) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float sav =
-              coarse_logit(cc[j], cc[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
-          vbits |= ((sav >= thr_live[r] ? 1 : 0) | (sav >= thr_ref[r] ? 2 : 0) |
-                    (v8 && sav >= thr_vref[r] ? 4 : 0))
-                   << (3 * j);
-          sa[r * kV3SA + ci * kChunk + 8 * warp + 2 * mt + j] = sav;
-        }
-      }
-    }
-    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
-    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
-    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
-    const int mine = __shfl_sync(0xffffffffu, vbits, lane >> 3) >> (3 * ((lane >> 2) & 1));
-    const bool live = (mine & 1) != 0 && present;
-    const bool refine = (mine & 2) != 0 && live;
-    const bool vref = (mine & 4) != 0 && live;
-    {
-      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live);
-      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live);
-      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine);
-      const unsigned int bv = __ballot_sync(0xffffffffu, u == 0 && vref);
-      const unsigned int bp = __ballot_sync(0xffffffffu, u == 0 && present);
-      if (lane == 0) {
-        unsigned char *l8 = reinterpret_cast<unsigned char *>(&s_live[ci]);
-        unsigned char *c8 = reinterpret_cast<unsigned char *>(&s_cutm[ci]);
-        unsigned char *r8 = reinterpret_cast<unsigned char *>(&s_refm[ci]);
-        unsigned char *v8m = reinterpret_cast<unsigned char *>(&s_vrefm[ci]);
-        l8[warp] = static_cast<unsigned char>(pack_keys(bl));
-        c8[warp] = static_cast<unsigned char>(pack_keys(bc));
-        r8[warp] = static_cast<unsigned char>(pack_keys(br));
-        v8m[warp] = static_cast<unsigned char>(pack_keys(bv));
-        if (__popc(bp) != 0) atomicAdd(&s_keys, __popc(bp));
-        if (__popc(bl) != 0) atomicAdd(&s_nlive, __popc(bl));
-        if (__popc(br) != 0) atomicAdd(&s_ref, __popc(br));
-        if (__popc(bv) != 0) atomicAdd(&s_vref, __popc(bv));
-      }
-    }
-    __syncthreads();  // every thread has read ring stage ci % kV3Ring
-    const int cn = ci + kV3Ring;
-    issue_a(cn, cn < nchunks ? s_rowbase[cn] : 0);
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // masks, coarse logits; the ring is free
-
-  // ---- phase 2: the live list, the gathers, the cut mass ----
-  for (int k = tid; k < nks; k += blockDim.x) {
-    const int ci = k / kChunk, kk = k % kChunk;
-    const uint64_t m = s_live[ci];
-    if ((m >> kk) & 1ull) {
-      int pos = __popcll(m & ((1ull << kk) - 1ull));
-      for (int i = 0; i < ci; ++i) pos += __popcll(s_live[i]);
-      s_list[pos] = static_cast<int16_t>(k);
-    }
-  }
-  __syncthreads();
-  const int nlive = s_nlive;
-  const int nstages = (nlive + kChunk - 1) / kChunk;
-  const size_t srow = 4 * D;  // stage row: V (2D: bf16 / fp16, or v8 planes A | B), K A | B
-  // Slot kq of gather stage si into buffer stage si % kV3Stages (this thread's quarter).
-  auto issue_stage = [&](int si) {
-    const int slot = si * kChunk + kq;
-    if (si < nstages && slot < nlive) {
-      const int k = s_list[slot], ci = k / kChunk, kk = k % kChunk;
-      const int64_t r = s_rowbase[ci] + kk;
-      const bool refine = (s_refm[ci] >> kk) & 1ull, vref = (s_vrefm[ci] >> kk) & 1ull;
-      unsigned char *dst = buf + (static_cast<size_t>(si % kV3Stages) * kChunk + kq) * srow;
-      if (v8) {
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          cp_async16(dst + 16 * (u + 4 * i), c.v_a + r * D + 16 * (u + 4 * i));
-          if (vref) cp_async16(dst + D + 16 * (u + 4 * i), c.v_b + r * D + 16 * (u + 4 * i));
-        }
-      } else {
-        const unsigned char *src = static_cast<const unsigned char *>(c.v) + r * 2 * D;
-#pragma unroll
-        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
-      }
-      if (refine) {
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          cp_async16(dst + 2 * D + 16 * (u + 4 * i), c.k_a + r * D + 16 * (u + 4 * i));
-          cp_async16(dst + 3 * D + 16 * (u + 4 * i), c.k_b + r * D + 16 * (u + 4 * i));
-        }
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int si = 0; si < kV3Stages; ++si) issue_stage(si);
-
-  // Cut keys' weights 2^(s_A - Z), in place (the gathers are in flight).
-  for (int e = tid; e < G * nks; e += blockDim.x) {
-    const int g = e / nks, k = e % nks;
-    if ((s_cutm[k / kChunk] >> (k % kChunk)) & 1ull)
-      sa[g * kV3SA + k] = exp2_fp(sub_rn(sa[g * kV3SA + k], zr[g]));
-  }
-  __syncthreads();
-  // The cut mass, row g on thread kThreads - 1 - g, cut keys in index order, page flushes as
-  // decode_split_kernel (a page's mass goes out when the next page starts, if it had a cut key).
-  int n_pages = 0;
-  {
-    const int g = kThreads - 1 - tid;
-    bool page_has_cut = false;
-    float cu = g < G ? cut[g] : 0.0f;
-    for (int ci = 0; ci < nchunks; ++ci) {
-      const int32_t j0 = s0 + ci * kChunk;
-      const bool new_page = j0 > s0 && j0 % P == 0;
-      if (new_page && page_has_cut) {
-        if (g >= 0 && g < G) {
-          page_cut[n_pages * G + g] = cu;
-          cu = 0.0f;
-        }
-        if (tid == 0) s_page_last[n_pages] = j0 - 1;
-        n_pages += 1;
-      }
-      if (new_page) page_has_cut = false;
-      const uint64_t cm = s_cutm[ci];
-      page_has_cut = page_has_cut || cm != 0;
-      if (g >= 0 && g < G) {
-        const float4 *row4 = reinterpret_cast<const float4 *>(sa + g * kV3SA + ci * kChunk);
-        // float4 loads over the whole chunk (keys past the split have no cut bit), so the
-        // loads do not wait for the adds.
-#pragma unroll 4
-        for (int k = 0; k < kChunk; k += 4) {
-          const float4 wv = row4[k / 4];
-          const unsigned int cb4 = static_cast<unsigned int>(cm >> k) & 15u;
-          if (cb4 & 1u) cu = add_rn(cu, wv.x);
-          if (cb4 & 2u) cu = add_rn(cu, wv.y);
-          if (cb4 & 4u) cu = add_rn(cu, wv.z);
-          if (cb4 & 8u) cu = add_rn(cu, wv.w);
-        }
-      }
-    }
-    if (page_has_cut) {
-      if (g >= 0 && g < G) page_cut[n_pages * G + g] = cu;
-      if (tid == 0) s_page_last[n_pages] = s1 - 1;
-      n_pages += 1;
-    }
-  }
-
-  // ---- phase 2: per stage, weights, T / T_lse, N over the live slots in key order ----
-  for (int si = 0; si < nstages; ++si) {
-    const int nk = min(kChunk, nlive - si * kChunk);
-    const unsigned char *stg = buf + static_cast<size_t>(si % kV3Stages) * kChunk * srow;
-    int k_mine = -1;  // the MMA layout's slots 8 warp + 2 mt + j
-    bool mref[2], mpres[2];
-    int kslot[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int slot = 8 * warp + 2 * mt + j;
-      mpres[j] = slot < nk;
-      kslot[j] = mpres[j] ? s_list[si * kChunk + slot] : 0;
-      mref[j] = mpres[j] && ((s_refm[kslot[j] / kChunk] >> (kslot[j] % kChunk)) & 1ull);
-    }
-    {
-      const bool present = kq < nk;
-      if (present) k_mine = s_list[si * kChunk + kq];
-      if (u == 0) {
-        int fl = 0;
-        if (present) {
-          const int ci = k_mine / kChunk, kk = k_mine % kChunk;
-          fl = kFlagPresent | kFlagLive | (((s_refm[ci] >> kk) & 1ull) ? kFlagRefine : 0) |
-               (((s_vrefm[ci] >> kk) & 1ull) ? kFlagVRefine : 0);
-        }
-        s_flags[kq] = fl;
-      }
-    }
-    cp_async_wait<kV3Stages - 1>();
-    __syncthreads();  // the stage's copies (all threads), s_flags
-    const bool my_ref = k_mine >= 0 && ((s_refm[k_mine / kChunk] >> (k_mine % kChunk)) & 1ull);
-    const bool any_refine = __any_sync(0xffffffffu, my_ref);
-    int4 ka[NP], kb[NP];
-#pragma unroll
-    for (int i = 0; i < NP; ++i) ka[i] = kb[i] = make_int4(0, 0, 0, 0);
-    if (my_ref) {
-      const unsigned char *row = stg + kq * srow;
-#pragma unroll
-      for (int i = 0; i < NP; ++i) {
-        ka[i] = *reinterpret_cast<const int4 *>(row + 2 * D + 16 * (u + 4 * i));
-        kb[i] = *reinterpret_cast<const int4 *>(row + 3 * D + 16 * (u + 4 * i));
-      }
-    }
-    for (int rb = 0; rb < nrb; ++rb) {
-      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
-      if (any_refine) {
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
-          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
-          mma_s8(ca, a0, ka[i].x, ka[i].y);
-          mma_s8(ca, a1, ka[i].z, ka[i].w);
-          mma_s8(cb, a0, kb[i].x, kb[i].y);
-          mma_s8(cb, a1, kb[i].z, kb[i].w);
-        }
-      }
-      const int r = 8 * rb + mg;
-      if (r < G) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          if (!mpres[j]) continue;
-          const int e = r * WS + 8 * warp + 2 * mt + j;
-          const float ell = mref[j]
-                                ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
-                                             logit_multiplier(sq[r], s_sk[kslot[j]], 16 + log2d))
-                                : sa[r * kV3SA + kslot[j]];
-          const float pex = exp2_fp(sub_rn(ell, zr[r]));
-          pe[e] = pex;
-          w[e] = round_operand(pex, pf16);
-        }
-      }
-    }
-    __syncthreads();
-    // T and T_lse: row g on thread kThreads - 1 - g, slots in order (= live keys in index order).
-    for (int g = kThreads - 1 - tid; g >= 0 && g < G; g += kThreads) {
-      float t = ts[g], tl = tlse[g];
-      for (int k = 0; k < nk; ++k) {
-        t = add_rn(t, w[g * WS + k]);
-        tl = add_rn(tl, pe[g * WS + k]);
-      }
-      ts[g] = t;
-      tlse[g] = tl;
-    }
-    const uint64_t all = nk == kChunk ? ~0ull : ((1ull << nk) - 1ull);
-    const PvArgs pa{ns, w, WS, stg, s_flags, all, nk, D, static_cast<int>(srow), v8, vexp, pf16};
-    // bf16 / fp16: v2's dense loop over the nk slots; v8: v2's table loop over the slot mask.
-    if (G % 2 == 0)
-      pv_items<2, true, NP == 2 ? 1 : 4>(pa, G, !v8, v8, pf16, s_e4m3);
-    else
-      pv_items<1, true, NP == 2 ? 1 : 4>(pa, G, !v8, v8, pf16, s_e4m3);
-    __syncthreads();  // the stage is free, w / pe / s_flags may be rewritten
-    issue_stage(si + kV3Stages);
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-  // The split's partial, as decode_split_kernel.
-  for (int e = tid; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
-    float cn = 0.0f;
-    for (int i = 0; i < n_pages; ++i) {
-      const int32_t last = s_page_last[i];
-      const int32_t count = min(P, L - (last - last % P));
-      const float mean =
-          div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
-      cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
-    }
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(ns[e], cn);
-  }
-  for (int g = tid; g < G; g += blockDim.x) {
-    float ct = 0.0f;
-    for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
-    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
-    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
-  }
-  if (tid == 0) {
-    const int64_t vbytes = v8 ? D : 2 * D;
-    const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
-                          static_cast<int64_t>(s_nlive) * vbytes + static_cast<int64_t>(s_ref) * D +
-                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
-    if (pass == 0) {
-      unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
-      stat_add(gc + 0, s_keys);
-      stat_add(gc + 1, s_nlive);
-      stat_add(gc + 2, s_ref);
-      stat_add(gc + 3, s_vref);
-      stat_add(gc + 4, bytes);
-    } else {
-      stat_add(stat_ptr(stats, kKeys), s_keys);
-      stat_add(stat_ptr(stats, kLive), s_nlive);
-      stat_add(stat_ptr(stats, kRefine), s_ref);
-      stat_add(stat_ptr(stats, kVRefine), s_vref);
-      stat_add(stat_ptr(stats, kBytes), bytes);
-    }
-  }
-}
-
 // ---- combine (+ guard) --------------------------------------------------------------
 
-// grid (Hkv, B). Pass 0: sums the splits in order, flags groups with a row outside the
-// guard window (their output comes from pass 1), else writes o and the LSE.
-__global__ void __launch_bounds__(kThreads)
-    decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                          const fold_tensor_t out, float *lse, const int pass, int64_t *stats) {
-  __shared__ float s_t[64], s_tl[64];
-  __shared__ int s_bad[64];
-  __shared__ int s_nbad;
-  const int hk = blockIdx.x, b = blockIdx.y;
-  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
-  const int32_t L = c.lengths[b];
-  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
-  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  uint16_t *o = static_cast<uint16_t *>(out.data);
-  if (pass == 0) {
-    if (L <= 0) {
-      for (int e = tid; e < G * D; e += blockDim.x) {
-        const int g = e / D, d = e % D;
-        o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = 0;
-      }
-      if (lse != nullptr)
-        for (int g = tid; g < G; g += blockDim.x) lse[row0 + g] = __uint_as_float(0xff800000u);
-      if (tid == 0) ws.flag[grp] = 0;
-      return;
-    }
-  } else if (L <= 0 || ws.flag[grp] == 0) {
-    return;
-  }
-  const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
-  const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
-  if (tid == 0) s_nbad = 0;
-  for (int g = tid; g < G; g += blockDim.x) {
-    float t = 0.0f, tl = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < nsplit; ++s) {
-      t = add_rn(t, ws.part_t[(row0 + g) * S + s]);
-      tl = add_rn(tl, ws.part_tl[(row0 + g) * S + s]);
-    }
-    s_t[g] = t;
-    s_tl[g] = tl;
-    s_bad[g] = !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16));
-  }
-  __syncthreads();
-  // Four (row, column) sums per thread side by side, splits unrolled: many loads in flight.
-  for (int e0 = tid; e0 < G * D; e0 += 4 * blockDim.x) {
-    float n[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int64_t base[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int e = min(e0 + i * static_cast<int>(blockDim.x), G * D - 1);
-      base[i] = ((row0 + e / D) * S) * D + e % D;
-    }
-#pragma unroll 4
-    for (int s = 0; s < nsplit; ++s) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        n[i] = add_rn(n[i], ws.part_n[base[i] + static_cast<int64_t>(s) * D]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int e = e0 + i * static_cast<int>(blockDim.x);
-      if (e < G * D) {
-        ws.part_n[base[i]] = n[i];  // split 0's slot keeps the sum
-        if (!isfinite(n[i])) atomicOr(&s_bad[e / D], 1);
-      }
-    }
-  }
-  __syncthreads();
-  if (pass == 0) {
-    for (int g = tid; g < G; g += blockDim.x) {
-      ws.bad[row0 + g] = s_bad[g];
-      if (s_bad[g]) atomicAdd(&s_nbad, 1);
-    }
-    __syncthreads();
-    const unsigned long long *gc = ws.gcnt + grp * 5;
-    if (tid == 0) {
-      ws.flag[grp] = s_nbad > 0 ? 1 : 0;
-      stat_add(stat_ptr(stats, kRows), G);
-      if (s_nbad > 0) {
-        stat_add(stat_ptr(stats, kFixupRows), s_nbad);
-        stat_add(stat_ptr(stats, kBytes),
-                 static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
-      } else {
-        stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
-        stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
-        stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
-        stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
-        stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
-      }
-    }
-    if (s_nbad > 0) return;  // uniform
-  }
-  for (int e = tid; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
-    const float t = s_t[g];
-    const bool ok = t > 0.0f && isfinite(t);
-    const float n = ws.part_n[((row0 + g) * S) * D + d];
-    float r = ok ? div_rn(n, t) : 0.0f;
-    r = isfinite(r) ? r : 0.0f;
-    o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
-  }
-  if (lse != nullptr)
-    for (int g = tid; g < G; g += blockDim.x) {
-      const float t = s_t[g];
-      const bool ok = t > 0.0f && isfinite(t);
-      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[g])))
-                         : __uint_as_float(0xff800000u);
-    }
-}
-
-// v2 combine: grid (Hkv, B, ceil(G D / 256)), thread per (row, column) of the group. Every
-// block sums T and T_lse of all G rows (splits in order: the same values in every block),
-// its element's N over the splits in order, and writes o. Guard: rows outside the window
+// grid (Hkv, B, ceil(G D / 256)), thread per (row, column) of the group: each block sums its
+// whole rows' T and T_lse (splits in order) and its elements' N over the splits in order, and
+// writes o. Guard: rows outside the window
 // or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
 // group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
 // pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
@@ -1954,11 +1256,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
-// grid (Hkv, B).
-// v2_stats: the pass-0 read statistics of the group (v1's combine adds them itself).
+// grid (Hkv, B). Also adds the group's pass-0 read statistics (it runs after the combine, so
+// it sees the final guard flag).
 __global__ void __launch_bounds__(kThreads)
     decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                          const int v2_stats, int64_t *stats) {
+                          int64_t *stats) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -1968,7 +1270,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  if (v2_stats && L > 0 && tid == 0) {  // as decode_combine_kernel's pass 0
+  if (L > 0 && tid == 0) {
     int nbad = 0;
     for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
     const unsigned long long *gc = ws.gcnt + grp * 5;
@@ -2081,13 +1383,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     const AppendArgs a{-1, 1, k_step, v_step, stats};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
-  // FOLD_DECODE_VARIANT=v1 (read per call; a captured graph keeps the variant it captured)
-  // selects the v1 front, split and combine kernels (notes/decode.md section 10).
-  const char *variant = std::getenv("FOLD_DECODE_VARIANT");
-  const bool v1 = variant != nullptr && std::strcmp(variant, "v1") == 0;
-  // FOLD_DECODE_VARIANT=v3: v2's front and combine, the two-phase split (decode_split3_kernel)
-  // for the screened modes at D 64 / 128, G <= 16 (v2's split otherwise).
-  const bool v3 = variant != nullptr && std::strcmp(variant, "v3") == 0;
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   const dim3 group_grid(c.n_kv_heads, c.batch);
@@ -2095,46 +1390,30 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // GPU; else one row per block, so that a small batch's front spreads over more SMs (its
   // sample is then read once per row, from L2). Scheduling only: no value depends on it.
   const int groups = c.n_kv_heads * c.batch;
-  const int rows_per_cta = (v1 || groups >= sm_count()) ? kFrontRows : 1;
+  const int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
-  auto front =
-      c.head_dim == 64    ? (v1 ? decode_front_kernel<2, false> : decode_front_kernel<2, true>)
-      : c.head_dim == 128 ? (v1 ? decode_front_kernel<4, false> : decode_front_kernel<4, true>)
-                          : (v1 ? decode_front_kernel<8, false> : decode_front_kernel<8, true>);
+  auto front = c.head_dim == 64    ? decode_front_kernel<2>
+               : c.head_dim == 128 ? decode_front_kernel<4>
+                                   : decode_front_kernel<8>;
   front<<<front_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats, rows_per_cta);
   check(cudaGetLastError(), "decode_front_kernel launch");
   const size_t smem = split_smem_bytes(G, c.head_dim);
-  auto split =
-      c.head_dim == 64    ? (v1 ? decode_split_kernel<1, false> : decode_split_kernel<1, true>)
-      : c.head_dim == 128 ? (v1 ? decode_split_kernel<2, false> : decode_split_kernel<2, true>)
-                          : (v1 ? decode_split_kernel<4, false> : decode_split_kernel<4, true>);
+  auto split = c.head_dim == 64    ? decode_split_kernel<1>
+               : c.head_dim == 128 ? decode_split_kernel<2>
+                                   : decode_split_kernel<4>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
                        "decode_split_kernel");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
+                       static_cast<int>(kCombineSmem), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
-  const bool use3 = v3 && split3_supported(G, c.head_dim, p.dense != 0);
-  const size_t smem3 = use3 ? split3_smem_bytes(G, c.head_dim) : 0;
-  auto split3 = c.head_dim == 64 ? decode_split3_kernel<1> : decode_split3_kernel<2>;
-  if (use3)
-    set_max_dynamic_smem(reinterpret_cast<const void *>(split3), static_cast<int>(smem3),
-                         "decode_split3_kernel");
-  if (!v1)
-    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
-                         static_cast<int>(kCombineSmem), "decode_combine2_kernel");
+  const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   for (int pass = 0; pass < 2; ++pass) {
-    if (use3)
-      split3<<<split_grid, kThreads, smem3, stream>>>(c, p, ws, pass, stats);
-    else
-      split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
+    split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
     check(cudaGetLastError(), "decode_split_kernel launch");
-    if (v1) {
-      decode_combine_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, out, lse, pass, stats);
-    } else {
-      const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
-      decode_combine2_kernel<<<cgrid, kThreads, kCombineSmem, stream>>>(c, p, ws, out, lse, pass);
-    }
-    check(cudaGetLastError(), "decode_combine_kernel launch");
+    decode_combine2_kernel<<<cgrid, kThreads, kCombineSmem, stream>>>(c, p, ws, out, lse, pass);
+    check(cudaGetLastError(), "decode_combine2_kernel launch");
     if (pass == 0) {
-      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, v1 ? 0 : 1, stats);
+      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, stats);
       check(cudaGetLastError(), "decode_fixup_z_kernel launch");
     }
   }

@@ -5,11 +5,24 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace fold::decode {
 
 // Keys per split (a fixed number of keys, not a fixed number of splits). Each split writes
 // N (fp32 G x D) and T (fp32 G); the combine adds splits in increasing order.
 constexpr int32_t kSplitKeys = 512;
+
+// Value-product slices. A split's numerator N is the sum, in slice order (from 0.0f), of
+// pv_slices(G) partial sums; slice p holds the live keys j whose j mod 64 lies in
+// [64 p / P, 64 (p + 1) / P), each partial one fma per key in key order from 0.0f. More slices
+// let more threads share a 64-key chunk's value product (each (slice, row, column) accumulator
+// belongs to one thread); P * G <= 32 bounds the accumulators' storage. Depends on G only.
+constexpr int kPvSliceBase = 64;
+FOLD_HD constexpr int pv_slices(int G) { return G <= 4 ? 8 : (G <= 8 ? 4 : (G <= 16 ? 2 : 1)); }
+FOLD_HD constexpr int pv_slice_of(int32_t j, int P) {
+  return static_cast<int>(j % kPvSliceBase) / (kPvSliceBase / P);
+}
 
 // Guard window on a row's total T = sum_splits T: [2^kGuardLoLog2, 2^hi], N finite.
 // Below: Z overshot the LSE by more than 3 binades, so the cut would be deeper than the

@@ -11,7 +11,6 @@ the library was built without CUDA. Every test runs under a hard time limit.
 from __future__ import annotations
 
 import faulthandler
-import os
 
 import pytest
 import torch
@@ -148,6 +147,11 @@ CONFIGS = [
     (torch.bfloat16, 64, 2, 1, 16.0, False),
     (torch.bfloat16, 128, 1, 64, 16.0, False),
     (torch.bfloat16, 256, 1, 64, 12.0, True),
+    # Group sizes of every value-product slice count (decode_plan.h pv_slices: G <= 4: 8,
+    # <= 8: 4, <= 16: 2) with partial row blocks.
+    (torch.bfloat16, 128, 2, 12, None, False),
+    (torch.float16, 128, 1, 6, 16.0, False),
+    (torch.bfloat16, 64, 2, 3, None, True),
 ]
 
 
@@ -170,9 +174,9 @@ def test_decode_matches_cpu_ragged(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
-def test_decode_variants_bitwise(cfg, monkeypatch):
-    # The v2 split/combine (default), v1 and v3 (FOLD_DECODE_VARIANT=v1 / v3, read per call)
-    # against the CPU reference: outputs, LSE and read statistics bit for bit.
+def test_decode_matches_cpu_bitwise(cfg):
+    # The CUDA front, split and combine against the CPU reference: outputs, LSE and read
+    # statistics bit for bit, on ragged lengths (empty, 1, partial chunks and splits).
     dtype, D, Hkv, G, depth, v8 = cfg
     lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
     B = len(lengths)
@@ -180,12 +184,10 @@ def test_decode_variants_bitwise(cfg, monkeypatch):
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=depth, v8=v8, page_size=128, dtype=dtype)
     _fill((cpu, gpu), k, v, lengths, chunks=2)
     oc, lc, sc = _step(cpu, q)
-    for variant in ("v2", "v1", "v3"):
-        monkeypatch.setenv("FOLD_DECODE_VARIANT", variant)
-        og, lg, sg = _step(gpu, q)
-        assert torch.equal(_bits(oc), _bits(og)), variant
-        assert torch.equal(lc.view(torch.int32), lg.view(torch.int32)), variant
-        assert sc == sg, (variant, sc, sg)
+    og, lg, sg = _step(gpu, q)
+    assert torch.equal(_bits(oc), _bits(og))
+    assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+    assert sc == sg, (sc, sg)
 
 
 def test_guard_fixup_matches_cpu():
@@ -212,15 +214,7 @@ def test_guard_fixup_matches_cpu():
         if dtype == torch.float16:
             assert sg["fixup_rows"] > 0
         assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
-        # v1 and v3 kernels (FOLD_DECODE_VARIANT, read per call): the same bits and fix-up.
-        for variant in ("v1", "v3"):
-            os.environ["FOLD_DECODE_VARIANT"] = variant
-            try:
-                o1, l1, s1 = _step(gpu, q.to(dtype))
-            finally:
-                del os.environ["FOLD_DECODE_VARIANT"]
-            assert torch.equal(_bits(oc), _bits(o1)) and torch.equal(_bits(lc), _bits(l1)), variant
-            assert s1 == sc, (variant, s1, sc)
+        assert sg == sc, (sg, sc)
 
 
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
