@@ -690,14 +690,16 @@ __device__ __forceinline__ void load_values(const unsigned char *row, int D, int
   }
 }
 
-// One warp's item of a chunk's value product: the keys of `mask` (one slice's live keys) in
-// index order x rows 8 rb .. 8 rb + 7 x the lane's C columns from c0, one fma per key and
-// column, added to the slice's partial N (nsl, [G][D] in shared memory). The weights of a key's
-// 8 rows are contiguous in wt (transposed copy, zero for rows >= G): two broadcast loads.
+// One warp's item of a chunk's value product: the keys k0 + i for the set bits i of `mask` (a
+// slice's live keys, at most 32) in index order x rows 8 rb .. 8 rb + 7 x the lane's C
+// columns from c0, one fma per key and column, added to the slice's partial N (nsl, [G][D] in
+// shared memory). A full mask of n keys (dense chunks) walks k0 .. k0 + n - 1 directly (the
+// bit walk cost ~10 instructions per key, more than half the fmas at C = 2). The weights of a
+// key's 8 rows are contiguous in wt (transposed copy, zero for rows >= G): two broadcast loads.
 template <int C, int VF>
 __device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int rb, int G, int D,
                                         int c0, const unsigned char *stage, int vrow,
-                                        const int *flags, uint64_t mask, float sx,
+                                        const int *flags, int k0, uint32_t mask, float sx,
                                         const float *lut) {
   float acc[8][C];
 #pragma unroll
@@ -706,8 +708,7 @@ __device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[r][c] = g < G ? nsl[g * D + c0 + c] : 0.0f;
   }
-  for (uint64_t m = mask; m != 0; m &= m - 1) {
-    const int k = __ffsll(static_cast<long long>(m)) - 1;
+  auto step = [&](int k) {
     float v[C];
     load_values<C, VF>(stage + k * vrow, D, c0, VF == kVV8 && (flags[k] & kFlagVRefine) != 0, sx,
                        lut, v);
@@ -718,6 +719,13 @@ __device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int
     for (int r = 0; r < 8; ++r)
 #pragma unroll
       for (int c = 0; c < C; ++c) acc[r][c] = fma_rn(wr[r], v[c], acc[r][c]);
+  };
+  const int n = __popc(mask);
+  if (mask == (n == 32 ? 0xffffffffu : (1u << n) - 1u)) {
+#pragma unroll 1
+    for (int i = 0; i < n; ++i) step(k0 + i);
+  } else {
+    for (uint32_t m = mask; m != 0; m &= m - 1) step(k0 + __ffs(static_cast<int>(m)) - 1);
   }
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
@@ -1077,20 +1085,23 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       const float sx = exp2i(vexp);
       for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
         const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
-        const uint64_t bits = per == 64 ? ~0ull : ((1ull << per) - 1ull) << (sl * per);
-        const uint64_t m = live_mask & bits;
-        if (m == 0) continue;
         float *nsl = ns + sl * G * D;
         const int c0 = (h * 32 + lane) * C;
-        if (v8)
-          pv_item<C, kVV8>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
-                           s_e4m3);
-        else if (pf16)
-          pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
-                            s_e4m3);
-        else
-          pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, m, sx,
-                             s_e4m3);
+        // The slice's keys in (at most 32-key) parts, in order.
+        for (int k0 = sl * per; k0 < (sl + 1) * per; k0 += 32) {
+          const uint32_t m =
+              static_cast<uint32_t>(live_mask >> k0) & (per >= 32 ? 0xffffffffu : (1u << per) - 1u);
+          if (m == 0) continue;
+          if (v8)
+            pv_item<C, kVV8>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0, m,
+                             sx, s_e4m3);
+          else if (pf16)
+            pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0,
+                              m, sx, s_e4m3);
+          else
+            pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0,
+                               m, sx, s_e4m3);
+        }
       }
     }
     if (more) {
