@@ -1083,12 +1083,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       const unsigned char *stg = stage + st * 64 * vrow;
       const int per = kChunk / NS;  // keys per slice and chunk
       const float sx = exp2i(vexp);
-      // The row sums above run on the block's last (G + 31) / 32 warps (one thread per row,
-      // a loop over the chunk's 64 keys: as long as an item); the items go to the other warps,
-      // so that no warp does both and the chunk's barrier waits for the longer of the two.
-      // (D 256: every warp; this loop form spilled 122 bytes there.)
-      const int pv_warps = NP == 4 ? kThreads / 32 : kThreads / 32 - (G + 31) / 32;
-      for (int it = warp < pv_warps ? warp : NS * nrb * HV; it < NS * nrb * HV; it += pv_warps) {
+      for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
         const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
         float *nsl = ns + sl * G * D;
         const int c0 = (h * 32 + lane) * C;
