@@ -39,7 +39,9 @@ void check_cuda_cache(const fold_kvcache_t *c) {
   for (uintptr_t p : planes)
     if (p % 16 != 0)
       fold::fail(FOLD_ERR_UNSUPPORTED, "cache K planes must be 16-byte aligned on CUDA");
-  // The split kernel copies value rows with 16-byte cp.async.
+  // The split kernel copies the key scales (8 per copy) and value rows with 16-byte cp.async.
+  if (reinterpret_cast<uintptr_t>(c->k_scale) % 16 != 0)
+    fold::fail(FOLD_ERR_UNSUPPORTED, "cache K scales must be 16-byte aligned on CUDA");
   const uintptr_t values[] = {reinterpret_cast<uintptr_t>(c->v),
                               reinterpret_cast<uintptr_t>(c->v_a),
                               reinterpret_cast<uintptr_t>(c->v_b)};

@@ -791,8 +791,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ int s_keys, s_live, s_ref, s_vref;
-  __shared__ float s_e4m3[256];                       // v8: e4m3_to_float of every byte
-  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];  // cache row of each chunk
+  __shared__ float s_e4m3[256];                           // v8: e4m3_to_float of every byte
+  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];      // cache row of each chunk
+  __shared__ __align__(16) uint16_t s_scale[kSplitKeys];  // the split's key scales (bf16 bits)
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -860,10 +861,8 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   auto chunk_row = [&](int32_t j0) {
     return j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
   };
-  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split). The
-  // key scale stays raw bf16 bits until it is used: a conversion here would wait for the load
-  // at once (ncu: the next chunk's prefetch stalled every warp on it).
-  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, uint32_t &sk, bool with_b) {
+  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
+  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, bool with_b) {
     const int nk = min(kChunk, s1 - j0);
     if (kq < nk) {
       const int64_t r = chunk_row(j0) + kq;
@@ -875,11 +874,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 #pragma unroll
         for (int i = 0; i < NP; ++i) bp[i] = pb[u + 4 * i];
       }
-      sk = c.k_scale[r];
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = bp[i] = make_int4(0, 0, 0, 0);
-      sk = 0u;
     }
   };
   // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
@@ -904,9 +901,23 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   int4 ka[NP], kb[NP], ka_n[NP], kb_n[NP];
 #pragma unroll
   for (int i = 0; i < NP; ++i) ka[i] = kb[i] = ka_n[i] = kb_n[i] = make_int4(0, 0, 0, 0);
-  uint32_t sk = 0u, sk_n = 0u;
-  load_planes(s0, ka, kb, sk, dense);
-  if (dense) stage_chunk(s0, 0);
+  // The split's key scales, all at once into shared memory (8 chunks x 8 copies of 8 scales;
+  // a chunk's 64 keys are consecutive cache rows, 128-byte aligned): a scale loaded into a
+  // register with the next chunk's planes made every warp wait for it at once (ncu: the
+  // conversion stalled on the load; kept raw, ptxas spilled it and the spill store stalled).
+  // Scales past the split's end are read from the same pages and never used.
+  if (tid < nchunks * 8) {
+    const int64_t r = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
+    cp_async16(s_scale + 8 * tid, c.k_scale + r);
+  }
+  cp_async_commit();
+  load_planes(s0, ka, kb, dense);
+  if (dense) {
+    stage_chunk(s0, 0);
+    cp_async_wait<1>();  // the scales (the first chunk's values may stay in flight)
+  } else {
+    cp_async_wait<0>();
+  }
   __syncthreads();
 
   int n_pages = 0;
@@ -921,9 +932,8 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     // MMA layout: lane (g, t) computes rows 8 rb + g against keys 8 warp + 2t + j (j < 2); the
     // screen layout (key kq, quarter u) holds the planes. Scales of the MMA layout's keys:
     const int mg = lane >> 2, mt = lane & 3;
-    const float skj[2] = {
-        bf16_bits_to_float(static_cast<uint16_t>(__shfl_sync(0xffffffffu, sk, 8 * mt))),
-        bf16_bits_to_float(static_cast<uint16_t>(__shfl_sync(0xffffffffu, sk, 8 * mt + 4)))};
+    const float skj[2] = {bf16_bits_to_float(s_scale[j0 - s0 + 8 * warp + 2 * mt]),
+                          bf16_bits_to_float(s_scale[j0 - s0 + 8 * warp + 2 * mt + 1])};
     int vbits = dense ? 0x3f : 0;  // keys 2t (bits 0-2), 2t + 1 (bits 3-5); OR over rows
     if (!dense) {
       // Coarse logits (plane A) and verdict bits.
@@ -982,7 +992,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     if (dense) {
       if (more) {
         stage_chunk(j0 + kChunk, st ^ 1);
-        load_planes(j0 + kChunk, ka_n, kb_n, sk_n, true);
+        load_planes(j0 + kChunk, ka_n, kb_n, true);
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
@@ -1009,7 +1019,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         }
       }
       cp_async_commit();
-      if (more) load_planes(j0 + kChunk, ka_n, kb_n, sk_n, false);
+      if (more) load_planes(j0 + kChunk, ka_n, kb_n, false);
     }
     // No barrier here. The weights read only what this thread wrote (its coarse logits in w)
     // and its own registers; the gathers stay in flight until the row sums need them.
@@ -1152,7 +1162,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         ka[i] = ka_n[i];
         kb[i] = kb_n[i];
       }
-      sk = sk_n;
     }
     __syncthreads();
   }
