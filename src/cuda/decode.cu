@@ -29,7 +29,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "core/float_bits.h"
 #include "core/status.h"
@@ -657,6 +656,21 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
 enum ValueFormat { kVBf16 = 0, kVF16 = 1, kVV8 = 2 };
 
 // C columns of key k's values from its stage row, from column c0.
+// Two 16-bit values per word (bf16 or fp16) to floats, low half first.
+template <int C, int VF>
+__device__ __forceinline__ void words_to_floats(const uint32_t (&wd)[C / 2], float (&v)[C]) {
+#pragma unroll
+  for (int i = 0; i < C / 2; ++i) {
+    if (VF == kVF16) {
+      v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] & 0xffffu)));
+      v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] >> 16)));
+    } else {
+      v[2 * i] = __uint_as_float(wd[i] << 16);
+      v[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+    }
+  }
+}
+
 template <int C, int VF>
 __device__ __forceinline__ void load_values(const unsigned char *row, int D, int c0, bool vref,
                                             float sx, const float *lut, float (&v)[C]) {
@@ -678,16 +692,7 @@ __device__ __forceinline__ void load_values(const unsigned char *row, int D, int
       wd[0] = u.x;
       wd[C / 2 - 1] = u.y;
     }
-#pragma unroll
-    for (int i = 0; i < C / 2; ++i) {
-      if (VF == kVF16) {
-        v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] & 0xffffu)));
-        v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[i] >> 16)));
-      } else {
-        v[2 * i] = __uint_as_float(wd[i] << 16);
-        v[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
-      }
-    }
+    words_to_floats<C, VF>(wd, v);
   }
 }
 
@@ -727,41 +732,26 @@ __device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int
     // value words and weights are loaded before key i's fmas, so the shared-memory latency
     // overlaps the fmas instead of preceding them (ncu: short-scoreboard stalls on these).
     // D 64 / 128 only: at D 256 (C = 4) the extra registers spilled.
-    using Raw = typename std::conditional<C == 2, uint32_t, uint2>::type;
-    auto raw_at = [&](int k) { return *reinterpret_cast<const Raw *>(stage + k * vrow + 2 * c0); };
-    Raw vr = raw_at(k0);
+    auto raw_at = [&](int k) {
+      return *reinterpret_cast<const uint32_t *>(stage + k * vrow + 2 * c0);
+    };
+    uint32_t vr = raw_at(k0);
     float4 w0 = *reinterpret_cast<const float4 *>(wt + k0 * rs + 8 * rb);
     float4 w1 = *reinterpret_cast<const float4 *>(wt + k0 * rs + 8 * rb + 4);
 #pragma unroll 1
     for (int i = 0; i < n; ++i) {
-      const Raw cur = vr;
+      const uint32_t cur[1] = {vr};
       const float wr[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
       const int kn = k0 + (i + 1 < n ? i + 1 : i);  // the last step reloads its own key
       vr = raw_at(kn);
       w0 = *reinterpret_cast<const float4 *>(wt + kn * rs + 8 * rb);
       w1 = *reinterpret_cast<const float4 *>(wt + kn * rs + 8 * rb + 4);
-      uint32_t wd[C / 2];
-      if constexpr (C == 2) {
-        wd[0] = cur;
-      } else {
-        wd[0] = cur.x;
-        wd[C / 2 - 1] = cur.y;
-      }
-      float v[C];
-#pragma unroll
-      for (int q = 0; q < C / 2; ++q) {
-        if (VF == kVF16) {
-          v[2 * q] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[q] & 0xffffu)));
-          v[2 * q + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(wd[q] >> 16)));
-        } else {
-          v[2 * q] = __uint_as_float(wd[q] << 16);
-          v[2 * q + 1] = __uint_as_float(wd[q] & 0xffff0000u);
-        }
-      }
+      float v[2];
+      words_to_floats<2, VF>(cur, v);
 #pragma unroll
       for (int r = 0; r < 8; ++r)
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[r][c] = fma_rn(wr[r], v[c], acc[r][c]);
+        for (int c = 0; c < 2; ++c) acc[r][c] = fma_rn(wr[r], v[c], acc[r][c]);
     }
   } else if (mask == (n == 32 ? 0xffffffffu : (1u << n) - 1u)) {
 #pragma unroll 1
