@@ -399,7 +399,7 @@ __device__ __forceinline__ void dot4_16(const int4 &x1, const int4 &x2, const in
 
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
-// grid (Hkv, B), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
+// grid (Hkv, B, row blocks), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
 // placed by one thread each (plan_sample_shape), q rows are quantised one warp each, the
 // sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
 // (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
@@ -426,8 +426,8 @@ __global__ void __launch_bounds__(kThreads)
   // whichever block computes them). Block z = 0 does the group's once-only work.
   const int g_begin = blockIdx.z * rows_per_cta, g_end = min(G, g_begin + rows_per_cta);
   const bool first_block = blockIdx.z == 0;
-  // The guard state of the group, cleared for the v2 combine (which ORs into it from several
-  // blocks); v1's combine overwrites it.
+  // The guard state of the group, cleared for the combine (which ORs into it from several
+  // blocks).
   for (int g = g_begin + tid; g < g_end; g += blockDim.x)
     ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
   if (tid == 0 && first_block) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
@@ -510,61 +510,37 @@ __global__ void __launch_bounds__(kThreads)
         v[k] = i < n ? exp2_fp(sub_rn(x[i], m)) : 0.0f;
       }
       if (first_stratum < n) {
-        __syncwarp();
-#pragma unroll
-        for (int k = 0; k < kZSlots / 32; ++k) x[lane + 32 * k] = v[k];
-        __syncwarp();
         const float w = div_rn(static_cast<float>(sh.m - kZTopUnweighted),
                                static_cast<float>(kZStrata - kZTopUnweighted));
         // A stratum slot keeps weight 1 iff its rank (values above it, or equal at a lower
-        // slot) is < kZTopUnweighted. Without NaNs that order is total (value descending, then
-        // slot ascending), so those slots are its first kZTopUnweighted: kZTopUnweighted rounds
-        // of a warp arg-max pick them (~150 instructions; counting every rank took ~10k per
-        // warp, the front's largest cost). Values are >= 0 here, so their bit patterns order
-        // like the values. With a NaN the ranks are counted as the reference counts them.
-        bool nan = false;
-#pragma unroll
-        for (int k = 0; k < kZSlots / 32; ++k) {
-          const int i = lane + 32 * k;
-          nan = nan || (i >= first_stratum && i < n && v[k] != v[k]);
-        }
+        // slot) is < kZTopUnweighted. The values are exp2_fp's, never NaN (it maps NaN to
+        // +inf) nor negative, so that order is total (value descending, then slot ascending)
+        // and bit patterns order like the values: the kZTopUnweighted first slots are picked
+        // by as many rounds of a warp arg-max (~150 instructions; counting every rank took
+        // ~10k per warp, the front's largest cost).
         unsigned int top = 0u;  // bit k: slot lane + 32 k is a top stratum sample
-        const bool by_rounds = !__any_sync(0xffffffffu, nan);
-        if (by_rounds) {
-          for (int round = 0; round < kZTopUnweighted; ++round) {
-            // This lane's best untaken stratum slot as (value bits, kZSlots - slot) > 0.
-            unsigned int bh = 0u, bl = 0u;
+        for (int round = 0; round < kZTopUnweighted; ++round) {
+          // This lane's best untaken stratum slot as (value bits, kZSlots - slot) > 0.
+          unsigned int bh = 0u, bl = 0u;
 #pragma unroll
-            for (int k = 0; k < kZSlots / 32; ++k) {
-              const int i = lane + 32 * k;
-              const unsigned int h = __float_as_uint(v[k]), l = kZSlots - i;
-              const bool cand = i >= first_stratum && i < n && ((top >> k) & 1u) == 0u;
-              if (cand && (h > bh || (h == bh && l > bl))) {
-                bh = h;
-                bl = l;
-              }
+          for (int k = 0; k < kZSlots / 32; ++k) {
+            const int i = lane + 32 * k;
+            const unsigned int h = __float_as_uint(v[k]), l = kZSlots - i;
+            const bool cand = i >= first_stratum && i < n && ((top >> k) & 1u) == 0u;
+            if (cand && (h > bh || (h == bh && l > bl))) {
+              bh = h;
+              bl = l;
             }
-            const unsigned int wh = __reduce_max_sync(0xffffffffu, bh);
-            const unsigned int wl = __reduce_max_sync(0xffffffffu, bh == wh ? bl : 0u);
-            const int slot = kZSlots - static_cast<int>(wl);  // >= 128 strata: always found
-            if ((slot & 31) == lane) top |= 1u << (slot >> 5);
           }
-        }
-        int above[kZSlots / 32];  // (a NaN: the counting pass below)
-#pragma unroll
-        for (int k = 0; k < kZSlots / 32; ++k) above[k] = 0;
-#pragma unroll 4
-        for (int j = by_rounds ? n : first_stratum; j < n; ++j) {
-          const float xj = x[j];
-#pragma unroll
-          for (int k = 0; k < kZSlots / 32; ++k)
-            above[k] += (xj > v[k] || (xj == v[k] && j < lane + 32 * k)) ? 1 : 0;
+          const unsigned int wh = __reduce_max_sync(0xffffffffu, bh);
+          const unsigned int wl = __reduce_max_sync(0xffffffffu, bh == wh ? bl : 0u);
+          const int slot = kZSlots - static_cast<int>(wl);  // >= 128 strata: always found
+          if ((slot & 31) == lane) top |= 1u << (slot >> 5);
         }
 #pragma unroll
         for (int k = 0; k < kZSlots / 32; ++k) {
           const int i = lane + 32 * k;
-          const bool weighted = by_rounds ? ((top >> k) & 1u) == 0u : above[k] >= kZTopUnweighted;
-          if (i >= first_stratum && i < n && weighted) v[k] = mul_rn(v[k], w);
+          if (i >= first_stratum && i < n && ((top >> k) & 1u) == 0u) v[k] = mul_rn(v[k], w);
         }
       }
       // Halving tree: h = 128, 64, 32 inside the lane (slot i = lane + 32 k), then shuffles.
@@ -595,7 +571,8 @@ __global__ void __launch_bounds__(kThreads)
 // cp.async 16-byte copies into a shared stage (dense: the whole chunk, double-buffered one chunk
 // ahead; else only the live keys, plane B of K only for the refined ones). The next chunk's planes
 // are loaded into registers while the current one is weighted and multiplied. Orders that the
-// output's bits depend on are the reference's: N[g][d] one thread each, live keys in index order;
+// output's bits depend on are the reference's: N[slice][g][d] one thread each, the slice's live
+// keys in index order (decode_plan.h pv_slices);
 // T, T_lse and the cut mass one thread per row, keys in index order; page flushes in page order.
 
 constexpr int kPagesPerSplit = kSplitKeys / 64;  // page size >= 64

@@ -17,7 +17,8 @@ constexpr int32_t kSplitKeys = 512;
 // pv_slices(G) partial sums; slice p holds the live keys j whose j mod 64 lies in
 // [64 p / P, 64 (p + 1) / P), each partial one fma per key in key order from 0.0f. More slices
 // let more threads share a 64-key chunk's value product (each (slice, row, column) accumulator
-// belongs to one thread); P * G <= 32 bounds the accumulators' storage. Depends on G only.
+// belongs to one thread); P * G <= max(32, G) bounds the accumulators' storage. Depends on G
+// only.
 constexpr int kPvSliceBase = 64;
 FOLD_HD constexpr int pv_slices(int G) { return G <= 4 ? 8 : (G <= 8 ? 4 : (G <= 16 ? 2 : 1)); }
 FOLD_HD constexpr int pv_slice_of(int32_t j, int P) {

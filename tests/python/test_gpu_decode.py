@@ -152,6 +152,9 @@ CONFIGS = [
     (torch.bfloat16, 128, 2, 12, None, False),
     (torch.float16, 128, 1, 6, 16.0, False),
     (torch.bfloat16, 64, 2, 3, None, True),
+    # One slice with partial row blocks (G 20: 3 blocks; G 40: 5).
+    (torch.bfloat16, 64, 1, 20, 16.0, False),
+    (torch.bfloat16, 128, 1, 40, None, False),
 ]
 
 
@@ -187,6 +190,35 @@ def test_decode_matches_cpu_bitwise(cfg):
     og, lg, sg = _step(gpu, q)
     assert torch.equal(_bits(oc), _bits(og))
     assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+    assert sc == sg, (sc, sg)
+
+
+@pytest.mark.parametrize("depth", [None, 16.0])
+def test_decode_many_groups_matches_cpu_bitwise(depth):
+    # B * Hkv = 136 groups, more than the H200's SMs: the front runs 8 rows per block (one row
+    # per block below that), an append step included.
+    B, Hkv, G, D = 17, 8, 2, 64
+    lengths = [int(x) for x in torch.randint(1, 600, (B,), generator=torch.Generator().manual_seed(3))]
+    q, k, v = synth(B, Hkv, G, D, 600, seed=11)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 640, depth=depth)
+    _fill((cpu, gpu), k, v, lengths)
+    ks, vs = torch.randn(B, Hkv, D).bfloat16(), torch.randn(B, Hkv, D).bfloat16()
+    for kk, vv in ((None, None), (ks, vs)):
+        oc, lc, sc = _step(cpu, q, kk, vv)
+        og, lg, sg = _step(gpu, q, kk, vv)
+        assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
+        assert sc == sg, (sc, sg)
+
+
+def test_decode_long_context_matches_cpu_bitwise():
+    # 33000 keys = 65 splits: the combine stages its partials in two batches of splits.
+    B, Hkv, G, D, L = 1, 1, 3, 64, 33000
+    q, k, v = synth(B, Hkv, G, D, L, seed=12)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, L, depth=16.0)
+    _fill((cpu, gpu), k, v, [L])
+    oc, lc, sc = _step(cpu, q)
+    og, lg, sg = _step(gpu, q)
+    assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
     assert sc == sg, (sc, sg)
 
 
