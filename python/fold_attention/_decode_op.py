@@ -21,7 +21,7 @@ from ._bind import DTYPE_CODES
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
-__all__ = ["decode_step_op", "decode_step_impl"]
+__all__ = ["decode_step_op"]
 
 _MUTATED = (
     "k_a",
@@ -50,7 +50,8 @@ def _rows(t: Optional[torch.Tensor], heads: int, dim: int) -> FoldTensor:
     return FoldTensor(t.data_ptr(), heads * dim, 0, dim)
 
 
-def decode_step_impl(
+@torch.library.custom_op("fold_attention::decode_step", mutates_args=_MUTATED)
+def decode_step_op(
     q: torch.Tensor,
     k_step: Optional[torch.Tensor],
     v_step: Optional[torch.Tensor],
@@ -133,15 +134,6 @@ def decode_step_impl(
     counters += [0] * (STATS_COUNTERS - len(counters))
     stats.copy_(torch.tensor(counters, dtype=torch.int64))
     return out, lse
-
-
-# The op (for torch.compile: declared mutations, a fake) over the same function. Eager code
-# calls decode_step_impl directly: the dispatcher's layers (autograd, ADInplaceOrView,
-# version counters) cost tens of microseconds a step and change nothing for buffers that never
-# take part in autograd.
-decode_step_op = torch.library.custom_op("fold_attention::decode_step", mutates_args=_MUTATED)(
-    decode_step_impl
-)
 
 
 @decode_step_op.register_fake

@@ -23,7 +23,7 @@ import numbers
 import torch
 
 from . import _lib
-from ._decode_op import decode_step_impl, decode_step_op
+from ._decode_op import decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -267,10 +267,6 @@ class FoldKVCache:
         and in release (never on the device), so a host copy answers without a sync."""
         needed = -(-length // self.page_size)
         row = self._pages_host[b]
-        # Pages are always taken from index 0 up (here) and all returned together (release),
-        # so the assigned ones form a prefix: the common case, nothing new, is one lookup.
-        if needed == 0 or row[needed - 1] >= 0:
-            return
         fresh = []
         for i in range(needed):
             if row[i] < 0:
@@ -482,10 +478,7 @@ class FoldKVCache:
     def _step(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
         """One step through the fold_attention::decode_step op: q (batch, n_heads, D), k/v
         None or (batch, n_kv_heads, D), all contiguous; pages already reserved."""
-        # Compiled: the op (declared mutations, no graph break); eager and CUDA-graph capture:
-        # the same function without the dispatcher's per-call layers.
-        step = decode_step_op if torch.compiler.is_compiling() else decode_step_impl
-        out, lse = step(
+        out, lse = decode_step_op(
             q, k, v, self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_exp,
             self.v_page_sum, self.heavy_keys, self.page_table, self.lengths, self._workspace,
             self._stats_dev, self.max_len, self._v_exp_fixed is not None, self.softmax_scale,
@@ -570,34 +563,24 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
     if not torch.compiler.is_compiling():
-        # Host checks with one device read (a sync on CUDA): the lengths and the finiteness
-        # flags of q (CUDA; the CPU backend checks q itself) and of the active requests' k and
-        # v rows, computed on the device and copied together.
-        names, flags = [], []
-        if cache.is_cuda:
-            names.append("q_step")
-            flags.append(torch.isfinite(q).all())
-        if k is not None:
-            free = (cache.lengths < 0).view(-1, 1, 1)  # rows of free slots are ignored
-            names += ["k_step", "v_step"]
-            flags += [(torch.isfinite(k) | free).all(), (torch.isfinite(v) | free).all()]
-        if flags:
-            host = torch.cat([cache.lengths, torch.stack(flags).to(torch.int32)]).tolist()
-        else:
-            host = cache.lengths.tolist()
-        lengths, ok = host[: cache.batch], host[cache.batch :]
+        # Host checks with as few device reads as possible (each is a sync on CUDA): the
+        # lengths once, the finiteness of q, k and v together.
+        lengths = cache.lengths.tolist()
         active = [b for b, n in enumerate(lengths) if n >= 0]
+        checks = [("q_step", q)] if cache.is_cuda else []
         if k is not None:
             for b in active:
                 if lengths[b] >= cache.max_len:
                     raise ValueError(
                         f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
                     )
-        if not all(ok):
-            raise ValueError(f"{fn}: {names[ok.index(0)]} holds a non-finite value")
+            idx = torch.tensor(active, dtype=torch.long, device=k.device)
+            checks += [("k_step", k[idx]), ("v_step", v[idx])]
+        if checks and not bool(torch.stack([torch.isfinite(x).all() for _, x in checks]).all()):
+            bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
+            raise ValueError(f"{fn}: {bad} holds a non-finite value")
         if k is not None:
             if cache.v_scale is not None:
-                idx = torch.tensor(active, dtype=torch.long, device=k.device)
                 cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
             for b in active:
                 cache._reserve(b, lengths[b] + 1)
