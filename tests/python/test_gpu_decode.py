@@ -193,6 +193,25 @@ def test_decode_matches_cpu_bitwise(cfg):
     assert sc == sg, (sc, sg)
 
 
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
+)
+def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, monkeypatch):
+    # The dense split through the bulk-copy ring (FOLD_DECODE_RING, opt-in while it is new):
+    # the CPU reference's bits, on ragged lengths (partial chunks and splits, empty requests).
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=6, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=None, page_size=128, dtype=dtype)
+    _fill((cpu, gpu), k, v, lengths, chunks=2)
+    oc, lc, sc = _step(cpu, q)
+    og, lg, sg = _step(gpu, q)
+    assert torch.equal(_bits(oc), _bits(og))
+    assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+    assert sc == sg, (sc, sg)
+
+
 @pytest.mark.parametrize("depth", [None, 16.0])
 def test_decode_many_groups_matches_cpu_bitwise(depth):
     # B * Hkv = 136 groups, more than the H200's SMs: the front runs 8 rows per block (one row
