@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/float_bits.h"
 #include "core/status.h"
@@ -300,6 +301,16 @@ __global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) 
   if (threadIdx.x == 0) c.lengths[b] = L + n;
 }
 
+// Programmatic dependent launch (WIP, FOLD_DECODE_PDL=1; NOT RUN ON A GPU). A kernel launched
+// with programmatic stream serialization may start while its predecessor finishes; every
+// decode kernel therefore waits (griddepcontrol.wait: the predecessor complete and its writes
+// visible) before its first read, and signals at its end that its dependents may launch. Both
+// are no-ops for a normal launch.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // ---- front: Q planes and the reference Z of each row ------------------------------------
 
 struct Ws {
@@ -411,6 +422,7 @@ template <int E>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
+  pdl_wait();
   constexpr int D = 32 * E;
   __shared__ __align__(16) int8_t qa8[kFrontRows][D];
   __shared__ __align__(16) int8_t qb8[kFrontRows][D];
@@ -562,6 +574,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
+  pdl_trigger();
 }
 
 // ---- decode: one split of kSplitKeys keys of one (request, KV head) group ---------------
@@ -754,6 +767,7 @@ template <int NP>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
+  pdl_wait();
   constexpr int D = 64 * NP;
   constexpr int WS = kWS;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1182,6 +1196,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       stat_add(stat_ptr(stats, kBytes), bytes);
     }
   }
+  pdl_trigger();
 }
 
 // ---- dense split through a bulk-copy ring (WIP, NOT RUN ON A GPU) -------------------------
@@ -1219,6 +1234,7 @@ template <int NP>
 __global__ void __launch_bounds__(kRingThreads, 2)
     decode_split_ring_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                              const int pass, int64_t *stats) {
+  pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
   constexpr int WS = kWS;
@@ -1416,6 +1432,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       stat_add(stat_ptr(stats, kBytes), bytes);
     }
   }
+  pdl_trigger();
 }
 
 // ---- combine (+ guard) --------------------------------------------------------------
@@ -1432,6 +1449,7 @@ constexpr size_t kCombineSmem = static_cast<size_t>(kCombineBatch) * kThreads * 
 __global__ void __launch_bounds__(kThreads)
     decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                            const fold_tensor_t out, float *lse, const int pass) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char combine_smem[];
   float *sn = reinterpret_cast<float *>(combine_smem);  // [kCombineBatch][kThreads]: N partials
   __shared__ float s_pt[4][kCombineBatch], s_ptl[4][kCombineBatch];  // T, T_lse partials
@@ -1518,6 +1536,7 @@ __global__ void __launch_bounds__(kThreads)
     lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
                        : __uint_as_float(0xff800000u);
   }
+  pdl_trigger();
 }
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
@@ -1527,6 +1546,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                           int64_t *stats) {
+  pdl_wait();
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -1595,6 +1615,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) ws.z[row0 + g] = add_rn(m, log2_fp(sum));
     __syncthreads();
   }
+  pdl_trigger();
 }
 
 Ws carve(const DecodeWorkspace &w) {
@@ -1635,6 +1656,26 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
 
+namespace {
+// A decode kernel launch, with programmatic stream serialization when FOLD_DECODE_PDL is set
+// (WIP, not run on a GPU; the kernels wait with pdl_wait before their first read).
+template <typename... KArgs, typename... Args>
+void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+              bool pdl, const char *what, Args &&...args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
+}  // namespace
+
 void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
                    fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
                    int64_t *stats, void *workspace, void *stream_ptr) {
@@ -1661,8 +1702,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   auto front = c.head_dim == 64    ? decode_front_kernel<2>
                : c.head_dim == 128 ? decode_front_kernel<4>
                                    : decode_front_kernel<8>;
-  front<<<front_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats, rows_per_cta);
-  check(cudaGetLastError(), "decode_front_kernel launch");
+  const bool pdl = std::getenv("FOLD_DECODE_PDL") != nullptr;
+  launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
+           cmul, p.n_heads, ws, stats, rows_per_cta);
   const size_t smem = split_smem_bytes(G, c.head_dim);
   auto split = c.head_dim == 64    ? decode_split_kernel<1>
                : c.head_dim == 128 ? decode_split_kernel<2>
@@ -1681,16 +1723,16 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                          "decode_split_ring_kernel");
   for (int pass = 0; pass < 2; ++pass) {
     if (ring)
-      split_ring<<<split_grid, kRingThreads, smem_ring, stream>>>(c, p, ws, pass, stats);
+      launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
+               "decode_split_ring_kernel launch", c, p, ws, pass, stats);
     else
-      split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
-    check(cudaGetLastError(), "decode_split_kernel launch");
-    decode_combine2_kernel<<<cgrid, kThreads, kCombineSmem, stream>>>(c, p, ws, out, lse, pass);
-    check(cudaGetLastError(), "decode_combine2_kernel launch");
-    if (pass == 0) {
-      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, stats);
-      check(cudaGetLastError(), "decode_fixup_z_kernel launch");
-    }
+      launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
+               c, p, ws, pass, stats);
+    launch_k(decode_combine2_kernel, cgrid, dim3(kThreads), kCombineSmem, stream, pdl,
+             "decode_combine2_kernel launch", c, p, ws, out, lse, pass);
+    if (pass == 0)
+      launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
+               "decode_fixup_z_kernel launch", c, p, ws, stats);
   }
 }
 
