@@ -60,6 +60,13 @@ if "--variants" in sys.argv:
 
 def set_variant(name):
     os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
+    # "ring": the dense split through the bulk-copy ring (FOLD_DECODE_RING, opt-in while new)
+    # "pdl": programmatic dependent launches (FOLD_DECODE_PDL); "ring+pdl": both
+    for flag, env in (("ring", "FOLD_DECODE_RING"), ("pdl", "FOLD_DECODE_PDL")):
+        if flag in name.split("+"):
+            os.environ[env] = "1"
+        else:
+            os.environ.pop(env, None)
 
 
 if "--shape" in sys.argv:  # one of the shapes by index (0, 1, 2), e.g. to profile B32 L8K

@@ -29,9 +29,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/float_bits.h"
 #include "core/status.h"
+#include "cuda/hopper/mbarrier.cuh"
+#include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/warpgroup.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
 #include "decode/decode_plan.h"
@@ -297,6 +301,16 @@ __global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) 
   if (threadIdx.x == 0) c.lengths[b] = L + n;
 }
 
+// Programmatic dependent launch (WIP, FOLD_DECODE_PDL=1; NOT RUN ON A GPU). A kernel launched
+// with programmatic stream serialization may start while its predecessor finishes; every
+// decode kernel therefore waits (griddepcontrol.wait: the predecessor complete and its writes
+// visible) before its first read, and signals at its end that its dependents may launch. Both
+// are no-ops for a normal launch.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // ---- front: Q planes and the reference Z of each row ------------------------------------
 
 struct Ws {
@@ -408,6 +422,7 @@ template <int E>
 __global__ void __launch_bounds__(kThreads)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
+  pdl_wait();
   constexpr int D = 32 * E;
   __shared__ __align__(16) int8_t qa8[kFrontRows][D];
   __shared__ __align__(16) int8_t qb8[kFrontRows][D];
@@ -559,6 +574,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
+  pdl_trigger();
 }
 
 // ---- decode: one split of kSplitKeys keys of one (request, KV head) group ---------------
@@ -751,6 +767,7 @@ template <int NP>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
+  pdl_wait();
   constexpr int D = 64 * NP;
   constexpr int WS = kWS;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1179,6 +1196,243 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       stat_add(stat_ptr(stats, kBytes), bytes);
     }
   }
+  pdl_trigger();
+}
+
+// ---- dense split through a bulk-copy ring (WIP, NOT RUN ON A GPU) -------------------------
+//
+// The dense split of bf16 / fp16 caches at D 64 / 128 with its bytes moved by a producer warp:
+// per 64-key chunk four bulk copies (plane A rows, plane B rows, V rows, the 64 scales: contiguous
+// runs, a chunk never straddles a page) into a ring of kRingStages stages with full / empty
+// mbarriers. The 8 consumer warps compute exactly what decode_split_kernel computes for a dense
+// chunk (same weights, same row sums, same value-product slices, same orders: the same bits), but
+// read the K planes from the stage instead of carrying the next chunk's in registers, and issue
+// no copies. Notes: notes/decode.md section 11, "Next session".
+constexpr int kRingStages = 2;
+constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
+
+__host__ __device__ inline size_t ring_stage_bytes(int D) {
+  return static_cast<size_t>(64) * 4 * D + 128;  // A (D) | B (D) | V (2 D) per key, scales
+}
+
+__host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
+  const size_t nrb = static_cast<size_t>(G + 7) / 8;
+  return kRingStages * ring_stage_bytes(D)                              // the ring
+         + static_cast<size_t>(fold::decode::pv_slices(G)) * G * D * 4  // N's slices
+         + 2u * G * kWS * 4                                             // weights w, pe
+         + static_cast<size_t>(kChunk) * 8 * nrb * 4                    // weights, transposed
+         + nrb * 8 * 2 * D                                              // q planes (MMA A)
+         + 4u * G * 4;                                                  // sq, z, T, T_lse
+}
+
+inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+  return p.dense != 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
+         std::getenv("FOLD_DECODE_RING") != nullptr;  // WIP: opt-in until it has run on a GPU
+}
+
+template <int NP>
+__global__ void __launch_bounds__(kRingThreads, 2)
+    decode_split_ring_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                             const int pass, int64_t *stats) {
+  pdl_wait();
+  using namespace hopper;
+  constexpr int D = 64 * NP;
+  constexpr int WS = kWS;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
+  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
+  const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int32_t L = c.lengths[b];
+  const int32_t s0 = s * kSplitKeys;
+  if (s0 >= L) return;
+  if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
+  const int32_t s1 = min(L, s0 + kSplitKeys);
+  const int H = p.n_heads, G = H / c.n_kv_heads;
+  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kq = (tid & (kThreads - 1)) >> 2, u = tid & 3;  // screen layout (consumers)
+  const bool pf16 = c.dtype == FOLD_DTYPE_F16;
+  const int nrb = (G + 7) / 8, NS = fold::decode::pv_slices(G), RS = 8 * nrb;
+  const size_t SB = ring_stage_bytes(D);
+  unsigned char *ring = smem;
+  float *ns = reinterpret_cast<float *>(ring + kRingStages * SB);  // [NS][G][D]
+  float *w = ns + NS * G * D;
+  float *pe = w + G * WS;
+  float *wt = pe + G * WS;
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wt + kChunk * RS);
+  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
+  float *sq = f, *zr = f + G, *ts = f + 2 * G, *tlse = f + 3 * G;
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
+
+  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  if (tid == 0) {
+    for (int st = 0; st < kRingStages; ++st) {
+      mbar_init(&full[st], 1);
+      mbar_init(&empty[st], 1);
+    }
+    fence_barrier_init();
+  }
+  if (tid < kThreads) {
+    // As decode_split_kernel: q planes as MMA A fragments, per-row values, zeroed sums.
+    for (int e = tid; e < nrb * 2 * NP * 32; e += kThreads) {
+      const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
+      const int r = 8 * rb + (ln >> 2);
+      const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
+      uint4 a = make_uint4(0u, 0u, 0u, 0u);
+      if (r < G) {
+        const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
+        const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
+        a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
+      }
+      qfrag[e] = a;
+    }
+    for (int g = tid; g < G; g += kThreads) {
+      sq[g] = ws.sq[row0 + g];
+      zr[g] = ws.z[row0 + g];
+      ts[g] = 0.0f;
+      tlse[g] = 0.0f;
+    }
+    for (int e = tid; e < NS * G * D; e += kThreads) ns[e] = 0.0f;
+    for (int e = tid; e < kChunk * RS; e += kThreads) wt[e] = 0.0f;
+  }
+  __syncthreads();
+
+  if (warp == kThreads / 32) {  // the producer warp: one lane issues every copy
+    if (lane == 0) {
+      for (int ci = 0; ci < nchunks; ++ci) {
+        const int st = ci % kRingStages;
+        const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
+        if (ci >= kRingStages) mbar_wait(&empty[st], (round - 1u) & 1u);
+        const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
+        const int64_t r = s_rowbase[ci];
+        unsigned char *dst = ring + st * SB;
+        const uint32_t plane = static_cast<uint32_t>(nk * D);
+        mbar_arrive_expect_tx(&full[st], 4u * plane + 128u);
+        bulk_load_1d(dst, c.k_a + r * D, plane, &full[st]);
+        bulk_load_1d(dst + 64 * D, c.k_b + r * D, plane, &full[st]);
+        bulk_load_1d(dst + 128 * D, static_cast<const unsigned char *>(c.v) + r * 2 * D, 2u * plane,
+                     &full[st]);
+        bulk_load_1d(dst + 256 * D, c.k_scale + r, 128u, &full[st]);  // within the page
+      }
+    }
+    return;
+  }
+
+  const int mg = lane >> 2, mt = lane & 3;
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int st = ci % kRingStages;
+    const int32_t j0 = s0 + ci * kChunk;
+    const int nk = min(kChunk, s1 - j0);
+    mbar_wait(&full[st], static_cast<uint32_t>(ci / kRingStages) & 1u);
+    const unsigned char *sa = ring + st * SB, *sb = sa + 64 * D, *sv = sa + 128 * D;
+    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sa + 256 * D);
+    const bool present = kq < nk;
+    int4 ka[NP], kb[NP];
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      ka[i] =
+          present ? reinterpret_cast<const int4 *>(sa + kq * D)[u + 4 * i] : make_int4(0, 0, 0, 0);
+      kb[i] =
+          present ? reinterpret_cast<const int4 *>(sb + kq * D)[u + 4 * i] : make_int4(0, 0, 0, 0);
+    }
+    const float skj[2] = {bf16_bits_to_float(ssc[8 * warp + 2 * mt]),
+                          bf16_bits_to_float(ssc[8 * warp + 2 * mt + 1])};
+    // Weights of every present key (dense: all live and refined), as decode_split_kernel.
+    const bool any_present = __any_sync(0xffffffffu, present);
+    bool mpres[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
+    for (int rb = 0; rb < nrb; ++rb) {
+      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+      if (any_present) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
+          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
+          mma_s8(ca, a0, ka[i].x, ka[i].y);
+          mma_s8(ca, a1, ka[i].z, ka[i].w);
+          mma_s8(cb, a0, kb[i].x, kb[i].y);
+          mma_s8(cb, a1, kb[i].z, kb[i].w);
+        }
+      }
+      const int r = 8 * rb + mg;
+      if (r < G) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (!mpres[j]) continue;
+          const int key = 8 * warp + 2 * mt + j, e = r * WS + key;
+          const float ell = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                       logit_multiplier(sq[r], skj[j], 16 + log2d));
+          const float pex = exp2_fp(sub_rn(ell, zr[r]));
+          const float pw = round_operand(pex, pf16);
+          pe[e] = pex;
+          w[e] = pw;
+          wt[key * RS + r] = pw;
+        }
+      }
+    }
+    named_bar_sync(1, kThreads);
+    // T and T_lse: thread kThreads - 1 - g for row g, keys in index order.
+    for (int g = kThreads - 1 - tid; g < G; g += kThreads) {
+      float t = ts[g], tl = tlse[g];
+      for (int k = 0; k < nk; ++k) {
+        t = add_rn(t, w[g * WS + k]);
+        tl = add_rn(tl, pe[g * WS + k]);
+      }
+      ts[g] = t;
+      tlse[g] = tl;
+    }
+    // N: the value-product items of decode_split_kernel over the stage's V rows.
+    {
+      constexpr int C = pv_cols(D), HV = D / (32 * C);
+      const uint64_t live_mask = nk == 64 ? ~0ull : ((1ull << nk) - 1ull);
+      const int per = kChunk / NS;
+      for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
+        const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
+        float *nsl = ns + sl * G * D;
+        const int c0 = (h * 32 + lane) * C;
+        for (int k0 = sl * per; k0 < (sl + 1) * per; k0 += 32) {
+          const uint32_t m =
+              static_cast<uint32_t>(live_mask >> k0) & (per >= 32 ? 0xffffffffu : (1u << per) - 1u);
+          if (m == 0) continue;
+          if (pf16)
+            pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0, m, 1.0f, nullptr);
+          else
+            pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0, m, 1.0f, nullptr);
+        }
+      }
+    }
+    named_bar_sync(1, kThreads);  // the stage and the weights are free again
+    if (tid == 0) mbar_arrive(&empty[st]);
+  }
+  // The split's partial: no cut pages in a dense split (the + 0 keeps decode_split_kernel's ops).
+  for (int e = tid; e < G * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float nsum = 0.0f;
+    for (int sl = 0; sl < NS; ++sl) nsum = add_rn(nsum, ns[sl * G * D + e]);
+    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, 0.0f);
+  }
+  for (int g = tid; g < G; g += kThreads) {
+    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], 0.0f);
+    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], 0.0f);
+  }
+  if (tid == 0) {
+    const int64_t keys = s1 - s0;
+    const int64_t bytes = keys * (D + 2) + keys * 2 * D + keys * D;
+    if (pass == 0) {
+      unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
+      stat_add(gc + 0, keys);
+      stat_add(gc + 1, keys);
+      stat_add(gc + 2, keys);
+      stat_add(gc + 4, bytes);
+    } else {
+      stat_add(stat_ptr(stats, kKeys), keys);
+      stat_add(stat_ptr(stats, kLive), keys);
+      stat_add(stat_ptr(stats, kRefine), keys);
+      stat_add(stat_ptr(stats, kBytes), bytes);
+    }
+  }
+  pdl_trigger();
 }
 
 // ---- combine (+ guard) --------------------------------------------------------------
@@ -1195,6 +1449,7 @@ constexpr size_t kCombineSmem = static_cast<size_t>(kCombineBatch) * kThreads * 
 __global__ void __launch_bounds__(kThreads)
     decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                            const fold_tensor_t out, float *lse, const int pass) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char combine_smem[];
   float *sn = reinterpret_cast<float *>(combine_smem);  // [kCombineBatch][kThreads]: N partials
   __shared__ float s_pt[4][kCombineBatch], s_ptl[4][kCombineBatch];  // T, T_lse partials
@@ -1281,6 +1536,7 @@ __global__ void __launch_bounds__(kThreads)
     lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
                        : __uint_as_float(0xff800000u);
   }
+  pdl_trigger();
 }
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
@@ -1290,6 +1546,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                           int64_t *stats) {
+  pdl_wait();
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
@@ -1358,6 +1615,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) ws.z[row0 + g] = add_rn(m, log2_fp(sum));
     __syncthreads();
   }
+  pdl_trigger();
 }
 
 Ws carve(const DecodeWorkspace &w) {
@@ -1398,6 +1656,26 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
 
+namespace {
+// A decode kernel launch, with programmatic stream serialization when FOLD_DECODE_PDL is set
+// (WIP, not run on a GPU; the kernels wait with pdl_wait before their first read).
+template <typename... KArgs, typename... Args>
+void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+              bool pdl, const char *what, Args &&...args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
+}  // namespace
+
 void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
                    fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
                    int64_t *stats, void *workspace, void *stream_ptr) {
@@ -1424,8 +1702,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   auto front = c.head_dim == 64    ? decode_front_kernel<2>
                : c.head_dim == 128 ? decode_front_kernel<4>
                                    : decode_front_kernel<8>;
-  front<<<front_grid, kThreads, 0, stream>>>(c, q, cmul, p.n_heads, ws, stats, rows_per_cta);
-  check(cudaGetLastError(), "decode_front_kernel launch");
+  const bool pdl = std::getenv("FOLD_DECODE_PDL") != nullptr;
+  launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
+           cmul, p.n_heads, ws, stats, rows_per_cta);
   const size_t smem = split_smem_bytes(G, c.head_dim);
   auto split = c.head_dim == 64    ? decode_split_kernel<1>
                : c.head_dim == 128 ? decode_split_kernel<2>
@@ -1436,15 +1715,24 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        static_cast<int>(kCombineSmem), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
+  const bool ring = split_ring_supported(c, p);
+  const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim) : 0;
+  auto split_ring = c.head_dim == 64 ? decode_split_ring_kernel<1> : decode_split_ring_kernel<2>;
+  if (ring)
+    set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
+                         "decode_split_ring_kernel");
   for (int pass = 0; pass < 2; ++pass) {
-    split<<<split_grid, kThreads, smem, stream>>>(c, p, ws, pass, stats);
-    check(cudaGetLastError(), "decode_split_kernel launch");
-    decode_combine2_kernel<<<cgrid, kThreads, kCombineSmem, stream>>>(c, p, ws, out, lse, pass);
-    check(cudaGetLastError(), "decode_combine2_kernel launch");
-    if (pass == 0) {
-      decode_fixup_z_kernel<<<group_grid, kThreads, 0, stream>>>(c, p, ws, stats);
-      check(cudaGetLastError(), "decode_fixup_z_kernel launch");
-    }
+    if (ring)
+      launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
+               "decode_split_ring_kernel launch", c, p, ws, pass, stats);
+    else
+      launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
+               c, p, ws, pass, stats);
+    launch_k(decode_combine2_kernel, cgrid, dim3(kThreads), kCombineSmem, stream, pdl,
+             "decode_combine2_kernel launch", c, p, ws, out, lse, pass);
+    if (pass == 0)
+      launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
+               "decode_fixup_z_kernel launch", c, p, ws, stats);
   }
 }
 

@@ -193,6 +193,57 @@ def test_decode_matches_cpu_bitwise(cfg):
     assert sc == sg, (sc, sg)
 
 
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
+)
+def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, monkeypatch):
+    # The dense split through the bulk-copy ring (FOLD_DECODE_RING, opt-in while it is new):
+    # the CPU reference's bits, on ragged lengths (partial chunks and splits, empty requests).
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=6, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=None, page_size=128, dtype=dtype)
+    _fill((cpu, gpu), k, v, lengths, chunks=2)
+    oc, lc, sc = _step(cpu, q)
+    og, lg, sg = _step(gpu, q)
+    assert torch.equal(_bits(oc), _bits(og))
+    assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+    assert sc == sg, (sc, sg)
+
+
+@pytest.mark.parametrize("depth", [None, 16.0, 12.0])
+def test_decode_pdl_matches_cpu_bitwise(depth, monkeypatch):
+    # Programmatic dependent launches between the decode kernels (FOLD_DECODE_PDL, opt-in while
+    # new): the same bits as the CPU, eager and under CUDA-graph replay with an append.
+    monkeypatch.setenv("FOLD_DECODE_PDL", "1")
+    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
+    B, Hkv, G, D = len(lengths), 2, 4, 128
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=7)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2200, depth=depth, page_size=128)
+    _fill((cpu, gpu), k, v, lengths, chunks=2)
+    oc, lc, sc = _step(cpu, q)
+    og, lg, sg = _step(gpu, q)
+    assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
+    assert sc == sg, (sc, sg)
+    ks, vs = torch.randn(B, Hkv, D).bfloat16(), torch.randn(B, Hkv, D).bfloat16()
+    expected = _step(cpu, q, ks, vs)
+    for b, n in enumerate(lengths):
+        if n is not None:
+            gpu._reserve(b, n + 1)
+    sq, sk, sv = q.to(CUDA), ks.to(CUDA), vs.to(CUDA)
+    out = torch.empty(B, Hkv * G, D, dtype=torch.bfloat16, device=CUDA)
+    lse = torch.empty(B, Hkv * G, dtype=torch.float32, device=CUDA)
+    gpu._cuda_buffers()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        decode_step_cuda(gpu, sq, sk, sv, out, lse)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(out), _bits(expected[0])) and torch.equal(_bits(lse), _bits(expected[1]))
+
+
 @pytest.mark.parametrize("depth", [None, 16.0])
 def test_decode_many_groups_matches_cpu_bitwise(depth):
     # B * Hkv = 136 groups, more than the H200's SMs: the front runs 8 rows per block (one row
