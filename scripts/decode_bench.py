@@ -6,9 +6,10 @@ distance to SDPA's.
 python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8 (G 8), D 128
 python scripts/decode_bench.py --quick    B1 L32K only
 python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
-python scripts/decode_bench.py --variants a,b     labels: each is set as FOLD_DECODE_VARIANT
-                                          before its graph capture (for A/B builds that read
-                                          it; the library itself has one decode path)
+python scripts/decode_bench.py --variants cuda,noring,nopdl   A/B of the library's default-on
+                                          switches (FOLD_DECODE_RING=0, FOLD_DECODE_PDL=0, set
+                                          before each graph capture); each label is also set as
+                                          FOLD_DECODE_VARIANT (for A/B builds that read it)
 python scripts/decode_bench.py --profile --shape 1   eager steps of one shape (for ncu / nsys)
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
@@ -60,11 +61,11 @@ if "--variants" in sys.argv:
 
 def set_variant(name):
     os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
-    # "ring": the dense split through the bulk-copy ring (FOLD_DECODE_RING, opt-in while new)
-    # "pdl": programmatic dependent launches (FOLD_DECODE_PDL); "ring+pdl": both
-    for flag, env in (("ring", "FOLD_DECODE_RING"), ("pdl", "FOLD_DECODE_PDL")):
+    # The library's default-on switches, for A/B runs: "noring" sets FOLD_DECODE_RING=0 (the plain
+    # dense split), "nopdl" FOLD_DECODE_PDL=0; "noring+nopdl" both; any other label the defaults.
+    for flag, env in (("noring", "FOLD_DECODE_RING"), ("nopdl", "FOLD_DECODE_PDL")):
         if flag in name.split("+"):
-            os.environ[env] = "1"
+            os.environ[env] = "0"
         else:
             os.environ.pop(env, None)
 

@@ -196,10 +196,12 @@ def test_decode_matches_cpu_bitwise(cfg):
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
 )
-def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, monkeypatch):
-    # The dense split through the bulk-copy ring (FOLD_DECODE_RING, opt-in while it is new):
-    # the CPU reference's bits, on ragged lengths (partial chunks and splits, empty requests).
-    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+@pytest.mark.parametrize("ring", ["1", "0"])
+def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, ring, monkeypatch):
+    # The dense split at D 64 / 128 runs through the bulk-copy ring by default; FOLD_DECODE_RING=0
+    # selects the plain split kernel. Both give the CPU reference's bits, on ragged lengths
+    # (partial chunks and splits, empty requests).
+    monkeypatch.setenv("FOLD_DECODE_RING", ring)
     lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
     B = len(lengths)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=6, dtype=dtype)
@@ -212,11 +214,12 @@ def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, monkeypatch):
     assert sc == sg, (sc, sg)
 
 
+@pytest.mark.parametrize("pdl", ["1", "0"])
 @pytest.mark.parametrize("depth", [None, 16.0, 12.0])
-def test_decode_pdl_matches_cpu_bitwise(depth, monkeypatch):
-    # Programmatic dependent launches between the decode kernels (FOLD_DECODE_PDL, opt-in while
-    # new): the same bits as the CPU, eager and under CUDA-graph replay with an append.
-    monkeypatch.setenv("FOLD_DECODE_PDL", "1")
+def test_decode_pdl_matches_cpu_bitwise(depth, pdl, monkeypatch):
+    # Programmatic dependent launches between the decode kernels (the default; FOLD_DECODE_PDL=0
+    # turns them off): the same bits as the CPU, eager and under CUDA-graph replay with an append.
+    monkeypatch.setenv("FOLD_DECODE_PDL", pdl)
     lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
     B, Hkv, G, D = len(lengths), 2, 4, 128
     q, k, v = synth(B, Hkv, G, D, 2100, seed=7)
