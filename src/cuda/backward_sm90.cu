@@ -17,9 +17,12 @@
 //                                              wgmma SS, A = dS MN-major, B = K MN-major
 //      Bm = 64: warpgroup w takes dQ columns [64 w, min(D, 64 w + 64)); Bm = 128: rows 64 w..
 //   5. the dQ partial is scaled by 2^(s - t), rounded to nearest-even int32 (saturating) into
-//      a shared staging tile [Bm][D + 8], then pushed with one bulk reduce-add
-//      (cp.reduce.async.bulk .add.s32) per query row: integer addition is associative, so
-//      the order in which CTAs arrive cannot change a bit.
+//      a shared staging tile (D / 32 swizzled [Bm][32] column blocks), then pushed by one
+//      thread with D / 32 TMA tensor reduce-adds (cp.reduce.async.bulk.tensor .add, int32
+//      map of the grid): integer addition is associative, so the order in which CTAs arrive
+//      cannot change a bit. Rows past the request's end are exactly 0 (their dS is masked
+//      to 0), so adding them into the next request's rows changes nothing; rows past the
+//      grid are dropped by TMA.
 // Q, dO, lse and Delta of the next pair load with cp.async (zero-filled past the request's
 // end) into a second stage while the current pair computes.
 // Shared tiles use the 128-byte swizzle of wgmma (hopper/wgmma.cuh): one copy of K
@@ -46,6 +49,7 @@
 #include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
+#include "cuda/tensor_map.h"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda {
@@ -73,8 +77,13 @@ struct Sm90Cfg {
   static constexpr int kQBytes = kDBlocks * kBm * 128;
   static constexpr int kDsBytes = (kBm / 64) * kBn * 128;  // dS^T [row block][key][64 rows]
   static constexpr int kDsBufs = kPipe ? 2 : 1;
-  static constexpr int kStageLd = D + 8;  // int32 words per staging row
-  static constexpr int kStageBytes = kBm * kStageLd * 4;
+  // dQ staging: D / 32 column blocks [kBm rows][32 int32 = 128 B], 128-byte swizzled (the
+  // layout of a TMA box {32, 1, kBm} with SWIZZLE_128B): 16-byte chunk c of row r at c ^ (r %
+  // 8). The int2 stores of step 5 (8 rows x 4 column pairs per warp) are then conflict-free.
+  static constexpr int kStageCols = 32;
+  static constexpr int kStageBlocks = D / kStageCols;
+  static constexpr int kStageBlockBytes = kBm * kStageCols * 4;
+  static constexpr int kStageBytes = kStageBlocks * kStageBlockBytes;
   // Byte offsets from the 1024-aligned base.
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kKBytes;
@@ -92,10 +101,17 @@ struct Sm90Cfg {
   static_assert(kBn == 128, "two warpgroups of 64 keys");
   static_assert(kBm == 64 || kBm == 128, "query block");
   static_assert(kBm == 128 ? D == 64 : (D > 64 && D <= 128), "dQ split");
-  static_assert((kStageLd * 4) % 16 == 0 && (D * 4) % 16 == 0, "bulk copy alignment");
+  static_assert(D % kStageCols == 0 && kStageBlockBytes % 1024 == 0, "dQ staging boxes");
   static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0, "swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
+
+// Word index of (row, col) in the dQ staging tile (Sm90Cfg: swizzled column blocks).
+template <int BM>
+__device__ __forceinline__ int stage_index(int row, int col) {
+  const int chunk = ((col & 31) >> 2) ^ (row & 7);
+  return (col >> 5) * (BM * 32) + row * 32 + chunk * 4 + (col & 3);
+}
 
 // 4-byte cp.async with zero fill (lse, Delta rows).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
@@ -188,7 +204,7 @@ __device__ __forceinline__ void pipe_stage_dq(const float (&acc)[Sm90Cfg<D, true
       int2 units;
       units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], shift));
       units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], shift));
-      *reinterpret_cast<int2 *>(staging + row * Cfg::kStageLd + col) = units;
+      *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
     }
   }
 }
@@ -214,9 +230,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                          const fold_tensor_t v, const fold_tensor_t dout,
                          const float *__restrict__ lse, const float *__restrict__ delta,
-                         const float *__restrict__ bounds, int32_t *__restrict__ dq_grid,
-                         const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
-                         uint32_t hb_end, uint32_t kb0) {
+                         const float *__restrict__ bounds,
+                         const __grid_constant__ CUtensorMap dq_map, const fold_tensor_t dk,
+                         const fold_tensor_t dv, uint32_t hb0, uint32_t hb_end, uint32_t kb0) {
   using Cfg = Sm90Cfg<D, kPipe>;
   using T = typename Tag::T;                // __nv_bfloat16 or __half
   constexpr bool kFly = IsFly<Tag>::value;  // v1.3 (implies kPipe)
@@ -290,9 +306,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Step 5's bulk reduce of a pair is issued after the next pair's first barrier (or after
   // the loop, for the last pair): one barrier per pair serves both.
   const auto push_dq = [&](int h, int64_t q0) {
-    if (tid < kBm && q0 + tid < r.len) {
-      int32_t *dst = dq_grid + ((r.first + q0 + tid) * p.n_heads + h) * D;
-      hp::bulk_reduce_add_s32(dst, staging + tid * Cfg::kStageLd, D * 4);
+    if (tid == 0) {
+#pragma unroll
+      for (int cb = 0; cb < Cfg::kStageBlocks; ++cb)
+        hp::tma_reduce_add_3d(&dq_map, smem + Cfg::kOffStage + cb * Cfg::kStageBlockBytes,
+                              cb * Cfg::kStageCols, h, static_cast<int32_t>(r.first + q0));
       hp::bulk_commit();
     }
   };
@@ -357,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
       }
-      if (tid < kBm) hp::bulk_wait_read<0>();
+      if (tid == 0) hp::bulk_wait_read<0>();
       cp_async_wait_all();
       hp::fence_proxy_async();
       __syncthreads();
@@ -536,7 +554,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hp::fence_operands(dq_fly[1]);
     hp::fence_operands(dv_acc);
     hp::fence_operands(dk_acc);
-    if (tid < kBm) hp::bulk_wait_read<0>();
+    if (tid == 0) hp::bulk_wait_read<0>();
     __syncthreads();
     pipe_stage_dq<D>(dq_fly[1], staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
     hp::fence_proxy_async();
@@ -554,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hp::wait<0>();
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
-        if (tid < kBm) hp::bulk_wait_read<0>();
+        if (tid == 0) hp::bulk_wait_read<0>();
       }
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
       // the other stage, the wgmma reads of both) and (v1) its dQ partial is in the staging
@@ -748,7 +766,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
       // staging tile; both halves of dS^T are in.
-      if (tid < kBm) hp::bulk_wait_read<0>();
+      if (tid == 0) hp::bulk_wait_read<0>();
       __syncthreads();
 
       // ---- 4. dQ partial = dS K over the block's 128 keys; 5. onto the integer grid.
@@ -772,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             int2 units;
             units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], gs.s - gs.t));
             units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], gs.s - gs.t));
-            *reinterpret_cast<int2 *>(staging + row * Cfg::kStageLd + col) = units;
+            *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
           }
       };
       if (wg == 0)
@@ -789,14 +807,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     hp::fence_operands(dq_acc);
     hp::fence_operands(dv_acc);
     hp::fence_operands(dk_acc);
-    if (tid < kBm) hp::bulk_wait_read<0>();
+    if (tid == 0) hp::bulk_wait_read<0>();
     __syncthreads();
     pipe_stage_dq<D>(dq_acc, staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
     hp::fence_proxy_async();
   }
   __syncthreads();
   push_dq(prev_h, prev_q0);
-  if (tid < kBm) hp::bulk_wait<0>();
+  if (tid == 0) hp::bulk_wait<0>();
 
   // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
   const float nan = __int_as_float(0x7fffffff);
@@ -854,6 +872,15 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   target = std::clamp<int64_t>(target, 1, std::min(n_hb, kMaxX));
   const int64_t n_chunks = (n_hb + target - 1) / target;
   const int64_t chunk = (n_hb + n_chunks - 1) / n_chunks;  // <= target
+  // The int32 dQ grid [total_tokens][n_heads][D] as a 3-D TMA map (innermost first) with the
+  // staging tile's box {32 columns, 1 head, kBm rows}, 128-byte swizzle (step 5's reduce-add).
+  const uint64_t grid_dims[3] = {static_cast<uint64_t>(D), static_cast<uint64_t>(p.n_heads),
+                                 static_cast<uint64_t>(p.total_tokens)};
+  const uint64_t grid_strides[2] = {static_cast<uint64_t>(D) * 4,
+                                    static_cast<uint64_t>(p.n_heads) * D * 4};
+  const uint32_t grid_box[3] = {Cfg::kStageCols, 1, static_cast<uint32_t>(Cfg::kBm)};
+  const CUtensorMap dq_map = encode_tiled(dq_grid, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, grid_dims,
+                                          grid_strides, grid_box, CU_TENSOR_MAP_SWIZZLE_128B);
   for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxYZ)
     for (int64_t hb0 = 0; hb0 < n_hb; hb0 += chunk * kMaxYZ) {
       const int64_t hb_end = std::min(n_hb, hb0 + chunk * kMaxYZ);
@@ -861,7 +888,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                       static_cast<unsigned>(std::min(n_kb - kb0, kMaxYZ)),
                       static_cast<unsigned>((hb_end - hb0 + chunk - 1) / chunk));
       kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
-          p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, static_cast<uint32_t>(hb0),
+          p, q, k, v, dout, lse, delta, bounds, dq_map, dk, dv, static_cast<uint32_t>(hb0),
           static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
       check(cudaGetLastError(), "backward_sm90_kernel launch");
     }

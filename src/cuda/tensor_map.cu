@@ -40,6 +40,12 @@ constexpr uint64_t kMaxStride = uint64_t{1} << 40;
 CUtensorMap encode_tiled_16bit(const void *base, int rank, const uint64_t *dims,
                                const uint64_t *byte_strides, const uint32_t *box,
                                CUtensorMapSwizzle swizzle) {
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, dims, byte_strides, box, swizzle);
+}
+
+CUtensorMap encode_tiled(const void *base, CUtensorMapDataType type, int rank, const uint64_t *dims,
+                         const uint64_t *byte_strides, const uint32_t *box,
+                         CUtensorMapSwizzle swizzle) {
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) fail(FOLD_ERR_INTERNAL, "TMA base not aligned");
   cuuint64_t d[5];
   cuuint64_t s[4];
@@ -53,9 +59,9 @@ CUtensorMap encode_tiled_16bit(const void *base, int rank, const uint64_t *dims,
   }
   CUtensorMap map;
   const CUresult res =
-      encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank),
-                  const_cast<void *>(base), d, s, b, e, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      encode_fn()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void *>(base), d, s, b, e,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS)
     fail(FOLD_ERR_CUDA, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(res) + ")");
   return map;

@@ -47,9 +47,15 @@ ViewMap make_view_map(const fold_attn_problem_t &p, const fold_tensor_t &t, int 
                       int box_rows);
 
 // Generic 16-bit tiled map (rank 2..5): dims/box innermost first, byte strides for dims
-// 1..rank-1. For other kernels (e.g. the backward's dQ tiles); same rules as above.
+// 1..rank-1. For other kernels; same rules as above.
 CUtensorMap encode_tiled_16bit(const void *base, int rank, const uint64_t *dims,
                                const uint64_t *byte_strides, const uint32_t *box,
                                CUtensorMapSwizzle swizzle);
+
+// Tiled map of any element type (e.g. INT32 for the backward's dQ grid, the target of TMA
+// reduce-adds); encode_tiled_16bit is this with UINT16.
+CUtensorMap encode_tiled(const void *base, CUtensorMapDataType type, int rank, const uint64_t *dims,
+                         const uint64_t *byte_strides, const uint32_t *box,
+                         CUtensorMapSwizzle swizzle);
 
 }  // namespace fold::cuda

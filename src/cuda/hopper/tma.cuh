@@ -10,13 +10,13 @@
 // address here. Shared destinations must be 128-byte aligned, 1024-byte aligned for the
 // 128B swizzle (the swizzle pattern is computed from address bits [4, 10)).
 //
-// Bulk reduce (cp.reduce.async.bulk, non-tensor): adds a contiguous run of shared memory
-// into global memory element-wise, atomically per element (relaxed, gpu scope), e.g. an
-// int32 tile of dQ partials into the integer dQ grid. Size and both addresses must be
-// multiples of 16 bytes. Completion is tracked by bulk async-groups of the issuing thread:
-// commit, then wait_read (the shared source may be overwritten) or wait (writes done).
-// Generic-proxy writes to the shared source must be made visible to the async proxy first
-// (fence_proxy_async, executed by the writing threads, then a barrier to the issuer).
+// Tensor reduce (cp.reduce.async.bulk.tensor): the reverse direction, a shared tile added
+// into the box of a tensor map element-wise, atomically per element (relaxed, gpu scope),
+// e.g. an int32 tile of dQ partials into the integer dQ grid. Completion is tracked by bulk
+// async-groups of the issuing thread: commit, then wait_read (the shared source may be
+// overwritten) or wait (writes done). Generic-proxy writes to the shared source must be
+// made visible to the async proxy first (fence_proxy_async, executed by the writing
+// threads, then a barrier to the issuer).
 #pragma once
 
 #include <cuda.h>
@@ -80,11 +80,17 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// global[dst .. dst + bytes) += shared[src ..) as int32, element-wise (atomic per element).
-__device__ __forceinline__ void bulk_reduce_add_s32(int32_t *dst, const void *src, uint32_t bytes) {
+// Tensor reduce-add (cp.reduce.async.bulk.tensor, tile mode): the box at coordinates (c0, c1,
+// c2) of `map` += the shared tile at src (laid out as a tensor load would write it, swizzle
+// included), element-wise and atomically per element, in the map's element type; elements
+// outside the tensor are dropped. One thread issues it; completion by bulk async-groups as
+// above (src 128-byte aligned, 1024 for the 128B swizzle).
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap *map, const void *src,
+                                                  int32_t c0, int32_t c1, int32_t c2) {
   asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.s32 [%0], [%1], %2;\n" ::"l"(dst),
-      "r"(smem_u32(src)), "r"(bytes)
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];\n" ::"l"(tmap_addr(map)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
