@@ -5,7 +5,7 @@
 # and prints a summary. Every step has a time limit, so a round fits a device lease.
 #   usage: bash scripts/gpu_round.sh [--no-bench] [--gpu-tests-only] [--bench-args "..."] [--decode]
 #          [--variants] [--timings]
-#   --variants: the opt-in kernel variants (FOLD_FWD_VARIANT=v1.2, FOLD_BWD_VARIANT=v1.2;
+#   --variants: the opt-in kernel variants (FOLD_FWD_VARIANT=v1.2, FOLD_BWD_VARIANT=v1;
 #               ROUND_FWD_VARIANT / ROUND_BWD_VARIANT pick others)
 #               under the sanitizers (the GPU suite's variant tests already compare their
 #               bits with the defaults').
@@ -74,7 +74,7 @@ if command -v compute-sanitizer >/dev/null; then
   if [ "$variants" = 1 ]; then
     for tool in memcheck racecheck synccheck; do
       step "${tool}_variants" 180 env FOLD_FWD_VARIANT="${ROUND_FWD_VARIANT:-v1.2}" FOLD_FWD_CTAS=2 \
-        FOLD_BWD_VARIANT="${ROUND_BWD_VARIANT:-v1.2}" \
+        FOLD_BWD_VARIANT="${ROUND_BWD_VARIANT:-v1}" \
         compute-sanitizer --tool "$tool" --error-exitcode 1 python3 scripts/gpu_smoke.py
     done
   fi

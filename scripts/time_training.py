@@ -4,8 +4,8 @@ figures). Prints TFLOP/s of fold's forward and backward next to torch SDPA (cuDN
 
     python3 scripts/time_training.py [B S H Hkv D]   (default 2 8192 32 8 128, causal)
 
-FOLD_BWD_VARIANT (v1, v1.1 = default, v1.2) is read by the library at every call, so
-`FOLD_BWD_VARIANT=v1.2 python3 scripts/time_training.py` times that backward variant; the
+FOLD_BWD_VARIANT (v1 = v1's CTA order, else v1.1's, the default) is read by the library at
+every call, so `FOLD_BWD_VARIANT=v1 python3 scripts/time_training.py` times that order; the
 variant is printed in the header. scripts/time_backward_variants.py compares them in one run.
 """
 import os

@@ -67,8 +67,7 @@ using tile::smem_addr;
 constexpr int kThreads = 256;  // two warpgroups
 constexpr float kLog2e = 1.4426950408889634f;
 
-// kPipe (v1.2): dQ is software-pipelined by one pair, which needs two dS^T buffers.
-template <int D, bool kPipe = false>
+template <int D>
 struct Sm90Cfg {
   static constexpr int kBm = backward_plan(D).block_m;
   static constexpr int kBn = backward_plan(D).block_n;
@@ -76,7 +75,6 @@ struct Sm90Cfg {
   static constexpr int kKBytes = kDBlocks * kBn * 128;
   static constexpr int kQBytes = kDBlocks * kBm * 128;
   static constexpr int kDsBytes = (kBm / 64) * kBn * 128;  // dS^T [row block][key][64 rows]
-  static constexpr int kDsBufs = kPipe ? 2 : 1;
   // dQ staging: D / 32 column blocks [kBm rows][32 int32 = 128 B], 128-byte swizzled (the
   // layout of a TMA box {32, 1, kBm} with SWIZZLE_128B): 16-byte chunk c of row r at c ^ (r %
   // 8). The int2 stores of step 5 (8 rows x 4 column pairs per warp) are then conflict-free.
@@ -89,7 +87,7 @@ struct Sm90Cfg {
   static constexpr int kOffV = kKBytes;
   static constexpr int kOffQdo = 2 * kKBytes;  // stage i: Q at + 2 i kQBytes, dO after it
   static constexpr int kOffDs = kOffQdo + 4 * kQBytes;
-  static constexpr int kOffStage = kOffDs + kDsBufs * kDsBytes;
+  static constexpr int kOffStage = kOffDs + kDsBytes;
   static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
   static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
   static constexpr int kBytes = kOffPin + 4 * 256 * 16;
@@ -170,62 +168,7 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
   }
 }
 
-// v1.2 (kPipe) helpers, outside the kernel so that v1's code is unchanged.
-// The dQ partial of a pair = dS K over the 128 keys (step 4), issued and committed, not
-// waited for. Both warpgroups issue the same shape (N = kDqN0; no branch on the warpgroup, so
-// ptxas keeps the wgmma pipeline): at D = 96 warpgroup 1 computes columns 64..127 of which
-// 96..127 (K's unused, never loaded tile columns) are dropped by pipe_stage_dq; every
-// column of a GEMM depends only on its own B column, so the kept ones are v1's bits.
-template <int D, class T>
-__device__ __forceinline__ void pipe_issue_dq(float (&acc)[Sm90Cfg<D, true>::kDqN0 / 2],
-                                              uint64_t desc_a, uint64_t desc_b) {
-  using Cfg = Sm90Cfg<D, true>;
-  hp::fence();
-#pragma unroll
-  for (int ks = 0; ks < Cfg::kBn / 16; ++ks)
-    hp::wgmma_ss<Cfg::kDqN0, T, 1, 1>(acc, desc_a + ks * 128, desc_b + ks * 128, ks > 0);
-  hp::commit();
-}
-
-// Step 5 of v1.2: the retired partial (thread rows row_t, row_t + 8, columns col_t + 8 j..)
-// scaled by 2^shift and rounded to int32 into the staging tile, exactly as v1's dq_pass;
-// columns col0 + 8 j >= D (D = 96, warpgroup 1) are not stored.
-template <int D>
-__device__ __forceinline__ void pipe_stage_dq(const float (&acc)[Sm90Cfg<D, true>::kDqN0 / 2],
-                                              int32_t *staging, int row_t, int col0, int col_t,
-                                              int shift) {
-  using Cfg = Sm90Cfg<D, true>;
-#pragma unroll
-  for (int j = 0; j < Cfg::kDqN0 / 8; ++j) {
-    if (Cfg::kDqN0 != Cfg::kDqN1 && col0 + 8 * j >= D) continue;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_t + 8 * i, col = col0 + col_t + 8 * j;
-      int2 units;
-      units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], shift));
-      units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], shift));
-      *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
-    }
-  }
-}
-
-// v1.3 (opt-in FOLD_BWD_VARIANT=v1.3) instantiates the kernel as backward_sm90_kernel<D,
-// Fly<Tag>, true>: same dtype (Fly<Tag> is a Tag, so pack2 and T are Tag's), its own pair loop
-// (kFly). A tag rather than a new template parameter, so that the existing instantiations
-// keep their names and their code.
-template <class Tag>
-struct Fly : Tag {};
-template <class Tag>
-struct IsFly : std::false_type {};
-template <class Tag>
-struct IsFly<Fly<Tag>> : std::true_type {};
-
-// D for which v1.3 compiles without spills or C75xx notices (ptxas, nvcc 13.0); any other D
-// runs v1.2 when FOLD_BWD_VARIANT=v1.3 (see notes/training_kernels.md).
-template <int D>
-constexpr bool kFlyCompiles = D == 96;
-
-template <int D, class Tag, bool kPipe>
+template <int D, class Tag>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                          const fold_tensor_t v, const fold_tensor_t dout,
@@ -233,9 +176,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const float *__restrict__ bounds,
                          const __grid_constant__ CUtensorMap dq_map, const fold_tensor_t dk,
                          const fold_tensor_t dv, uint32_t hb0, uint32_t hb_end, uint32_t kb0) {
-  using Cfg = Sm90Cfg<D, kPipe>;
-  using T = typename Tag::T;                // __nv_bfloat16 or __half
-  constexpr bool kFly = IsFly<Tag>::value;  // v1.3 (implies kPipe)
+  using Cfg = Sm90Cfg<D>;
+  using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms must start at 1024-byte aligned shared addresses.
@@ -318,273 +260,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   int prev_h = -1;  // the pair whose dQ partial waits in the staging tile (none yet)
   int64_t prev_q0 = 0;
 
-  // v1.2 (kPipe): dQ is software-pipelined by one pair. The dQ GEMM of a pair is issued after
-  // its second barrier and left in flight across the loop's back edge (on dS^T buffer
-  // ds_buf; the next pair writes the other one); its fp32 partial is converted into the
-  // staging tile while the next pair's S^T wgmmas run, and pushed after the next pair's
-  // second barrier. Same GEMMs, same k-order, same conversion, same integer adds: v1's bits.
-  [[maybe_unused]] float dq_acc[Cfg::kDqN0 / 2];
-  [[maybe_unused]] int ds_buf = 0;
-  if constexpr (kFly) {
-    // v1.3: dQ pipelined by one pair as v1.2, and every second pair's dQ GEMM stays in flight
-    // through the next pair's top (wait, barrier (a), load issue) and S^T issue. Pairs run in
-    // v1's order through three copies of the pair body: copy A (top: wait 0, retires
-    // everything), copy B (top: wait 1, leaves A's dQ group pending; waited for after B's S^T
-    // commit, right before A's partial is staged) and, for an odd pair count (known before
-    // the loop), a peeled last copy T (top: wait 0, no loads). The loop runs whole (A, B)
-    // iterations, so no exit is ever taken while A's dQ group is pending (ptxas serialised
-    // every wgmma, C7514, when one was; a peeled first copy instead gave C7512 and more
-    // spills: notes/training_kernels.md). A issues into dq_fly[0], B and T into dq_fly[1];
-    // each copy stages the previous pair's array first. Same GEMMs, same k-order, same
-    // conversion, same integer rows as v1.2: v1's bits.
-    float dq_fly[2][Cfg::kDqN0 / 2];
-    int h = hk * group;
-    int64_t q0 = q_begin;
-    const int h_end = (hk + 1) * group;
-    const auto fly_pair = [&](auto issue_c, auto top_wait_c, auto stage_c) {
-      constexpr int kIssue = decltype(issue_c)::value;   // dQ array this pair issues into
-      constexpr int kStaged = decltype(stage_c)::value;  // dQ array of the previous pair
-      constexpr bool kLast = kStaged == kIssue;          // T: the last pair, nothing to load
-      constexpr int kTopWait = decltype(top_wait_c)::value;
-      // Per-copy values are recomputed from the shared base address and the thread index,
-      // passed through opaque moves: otherwise a later copy reuses an earlier copy's
-      // descriptors and offsets, and they stay live across the copies (spills).
-      uint32_t base_c = base;
-      int tid_c = tid;
-      asm volatile("mov.b32 %0, %0;" : "+r"(base_c));
-      asm volatile("mov.b32 %0, %0;" : "+r"(tid_c));
-      // (These shadow the kernel's values of the same names on purpose.)
-      const int wg = tid_c >> 7, warp = (tid_c >> 5) & 3, g = (tid_c & 31) >> 2, tq = tid_c & 3;
-      const int key_l = 64 * wg + 16 * warp + g;
-      const uint64_t k_desc_a = hp::desc_k_major_sw128(base_c + Cfg::kOffK + wg * 64 * 128);
-      const uint64_t v_desc_a = hp::desc_k_major_sw128(base_c + Cfg::kOffV + wg * 64 * 128);
-      const uint32_t ds_addr_c = base_c + Cfg::kOffDs;
-      const uint64_t dq_desc_a =
-          hp::desc_mn_major_sw128(ds_addr_c + (kBm == 128 ? wg * kBn * 128 : 0), kBn * 128);
-      const uint64_t dq_desc_b = hp::desc_mn_major_sw128(
-          base_c + Cfg::kOffK + (kBm == 128 ? 0 : wg * kBn * 128), kBn * 128);
-      const int dq_row0 = kBm == 128 ? 64 * wg : 0;
-      const int dq_col0 = kBm == 128 ? 0 : 64 * wg;
-      const auto qdo_addr = [&](int st) { return base_c + Cfg::kOffQdo + 2u * st * Cfg::kQBytes; };
-      const auto stats_addr = [&](int st) { return base_c + Cfg::kOffLse + 8u * st * kBm; };
-      // The previous pair's step 3 is retired (its Q/dO stage is reloaded below); in B its
-      // dQ GEMM (committed after step 3) stays in flight. The bulk reduce issued after the
-      // previous pair's second barrier has read the staging tile (rewritten after (a)).
-      hp::wait<kTopWait>();
-      if constexpr (kTopWait == 0) {
-        hp::fence_operands(dv_acc);
-        hp::fence_operands(dk_acc);
-      }
-      if (tid == 0) hp::bulk_wait_read<0>();
-      cp_async_wait_all();
-      hp::fence_proxy_async();
-      __syncthreads();
-      // The stage (= dS^T buffer) alternates with the pairs; kept a run-time value, opaque to
-      // the compiler, so that the copies' addresses are not folded into per-copy constants
-      // hoisted out of the loop (registers).
-      asm volatile("mov.b32 %0, %0;" : "+r"(stage));
-      {
-        int next_h = h;
-        int64_t next_q0 = q0 + kBm;
-        if (next_q0 >= r.len) {
-          next_h = h + 1;
-          next_q0 = q_begin;
-        }
-        if (!kLast && next_h < h_end) {
-          const uint32_t nxt = qdo_addr(stage ^ 1);
-          load_tile_sw<kBm, D>(nxt, p, q, b, r, next_q0, next_h);
-          load_tile_sw<kBm, D>(nxt + Cfg::kQBytes, p, dout, b, r, next_q0, next_h);
-          load_rows_stats<kBm>(stats_addr(stage ^ 1), p, lse, delta, r, next_q0, next_h);
-          cp_async_commit();
-        }
-      }
-      const uint32_t q_addr = qdo_addr(stage), do_addr = q_addr + Cfg::kQBytes;
-      const float *lse_s = reinterpret_cast<const float *>(smem + Cfg::kOffLse + 8 * stage * kBm);
-      const float *delta_s = lse_s + kBm;
-#pragma unroll 1
-      for (int sub = 0; sub < kBm / 64; ++sub) {
-        const int r0 = 64 * sub;
-        // ---- 1. S^T, dP^T (as v1), the previous pair's dQ partial staged between them.
-        float s[32], dp[32];
-        {
-          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
-          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
-          hp::fence();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
-          }
-          hp::commit();
-          // Retires the previous pair's dQ GEMM (in B: A's, in flight since A's end); in a
-          // later sub-block the previous sub-block's step 3.
-          hp::wait<1>();
-          hp::fence_operands(dq_fly[kStaged]);
-          if (sub == 0)
-            pipe_stage_dq<D>(dq_fly[kStaged], staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq,
-                             gs.s - gs.t);
-          hp::fence();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
-          }
-          hp::commit();
-          hp::wait<1>();
-          hp::fence_operands(s);
-        }
-        // ---- 2. P^T, dS^T as v1 (see the v1 loop below for the comments).
-        {
-          const int len = r.len;
-          const bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
-                                 (p.causal && k0 + 64 * wg + 63 > q0 + r0);
-          const int key_limit = static_cast<int>(len - k0);
-          const int row_limit = static_cast<int>(len - q0);
-          const int diag = static_cast<int>(q0 - k0);
-          const auto finish = [&](auto masked) {
-            constexpr bool kMasked = decltype(masked)::value;
-            const auto valid = [&](int j, int i, int e) {
-              if constexpr (!kMasked) return true;
-              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
-              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
-            };
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-                  s[idx] =
-                      valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const uint4 v = make_uint4(pack2(s[8 * k], s[8 * k + 1], Tag{}),
-                                         pack2(s[8 * k + 2], s[8 * k + 3], Tag{}),
-                                         pack2(s[8 * k + 4], s[8 * k + 5], Tag{}),
-                                         pack2(s[8 * k + 6], s[8 * k + 7], Tag{}));
-              *reinterpret_cast<uint4 *>(smem + Cfg::kOffPin + (k * 256 + tid_c) * 16) = v;
-            }
-            hp::wait<0>();  // dP^T
-            hp::fence_operands(dp);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float dlv = e ? dl.y : dl.x;
-                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
-                }
-            }
-          };
-          if (need_mask)
-            finish(std::true_type{});
-          else
-            finish(std::false_type{});
-        }
-        uint32_t pf[4][4], df[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
-            df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
-          }
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int key = key_l + 8 * i, row = 8 * j + 2 * tq;
-            const int off =
-                sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
-            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + stage * Cfg::kDsBytes + off) =
-                df[j >> 1][(j & 1) * 2 + i];
-          }
-        // ---- 3. dV += P^T dO, dK += dS^T Q.
-        {
-          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
-          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
-          hp::fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
-            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
-          }
-          hp::commit();
-        }
-      }
-      hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
-      // (b): dS^T complete; the previous pair's partial is in the staging tile: push it, then
-      // issue this pair's dQ GEMM and leave it in flight.
-      __syncthreads();
-      if (prev_h >= 0) push_dq(prev_h, prev_q0);
-      prev_h = h;
-      prev_q0 = q0;
-      pipe_issue_dq<D, T>(dq_fly[kIssue],
-                          dq_desc_a + static_cast<uint64_t>((stage * Cfg::kDsBytes) >> 4),
-                          dq_desc_b);
-      stage ^= 1;
-      q0 += kBm;
-      if (q0 >= r.len) {
-        ++h;
-        q0 = q_begin;
-      }
-    };
-    using I0 = std::integral_constant<int, 0>;
-    using I1 = std::integral_constant<int, 1>;
-    const int64_t n_pairs = static_cast<int64_t>(group) * ((r.len - q_begin + kBm - 1) / kBm);
-#pragma unroll 1
-    for (int64_t it = n_pairs >> 1; it > 0; --it) {
-      fly_pair(I0{}, I0{}, I1{});  // A
-      fly_pair(I1{}, I1{}, I0{});  // B
-    }
-    if (n_pairs & 1) fly_pair(I1{}, I0{}, I1{});  // T
-    // The last pair (B or T) issued into dq_fly[1]; the staging tile is free once the bulk
-    // reduce of the pair before it has read it.
-    hp::wait<0>();
-    hp::fence_operands(dq_fly[1]);
-    hp::fence_operands(dv_acc);
-    hp::fence_operands(dk_acc);
-    if (tid == 0) hp::bulk_wait_read<0>();
-    __syncthreads();
-    pipe_stage_dq<D>(dq_fly[1], staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
-    hp::fence_proxy_async();
-  }
-  // (v1.3 ran its own loop above.)
-  for (int h = hk * group; !kFly && h < (hk + 1) * group; ++h) {
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
-      if constexpr (kPipe) {
-        // v1.2: the previous pair's step 3 (its Q/dO stage is reloaded below) and dQ GEMM are
-        // done (queued right behind step 3 on the tensor pipe, so this wait costs little).
-        // (wait<1>, leaving the dQ GEMM in flight across the loop's back edge, made ptxas
-        // serialise the wgmmas: C7514, even without any read of an accumulator there.) The
-        // bulk reduce issued after the previous pair's second barrier has read the staging
-        // tile (rewritten after the barrier below).
-        hp::wait<0>();
-        hp::fence_operands(dv_acc);
-        hp::fence_operands(dk_acc);
-        if (tid == 0) hp::bulk_wait_read<0>();
-      }
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
       // the other stage, the wgmma reads of both) and (v1) its dQ partial is in the staging
       // tile.
       cp_async_wait_all();
       hp::fence_proxy_async();
       __syncthreads();
-      if constexpr (!kPipe) {
-        if (prev_h >= 0) push_dq(prev_h, prev_q0);
-        prev_h = h;
-        prev_q0 = q0;
-      }
+      if (prev_h >= 0) push_dq(prev_h, prev_q0);
+      prev_h = h;
+      prev_q0 = q0;
       {
         int next_h = h;
         int64_t next_q0 = q0 + kBm;
@@ -625,19 +311,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
           }
           hp::commit();
-          if constexpr (kPipe) {
-            // v1.2: the previous pair's dQ partial (retired at the loop's top; in a later
-            // sub-block: step 3 of the previous one) goes to the staging tile while S^T's
-            // wgmmas run. Unconditional wait (no divergent path around the wgmma pipeline); on
-            // the first pair the staging tile gets unused values, never pushed.
-            hp::wait<1>();
-            hp::fence_operands(dq_acc);
-            if (sub == 0) {
-              pipe_stage_dq<D>(dq_acc, staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq,
-                               gs.s - gs.t);
-            }
-            hp::fence();  // registers touched between the S^T and dP^T issues
-          }
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks) {
             const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
@@ -732,9 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int key = key_l + 8 * i, row = 8 * j + 2 * tq;  // row within the sub-block
             const int off =
                 sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
-            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs +
-                                          (kPipe ? ds_buf * Cfg::kDsBytes : 0) + off) =
-                df[j >> 1][(j & 1) * 2 + i];
+            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + off) = df[j >> 1][(j & 1) * 2 + i];
           }
 
         // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
@@ -752,18 +423,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
-      if constexpr (kPipe) {
-        // v1.2: dS^T complete; the previous pair's dQ partial is in the staging tile (fenced
-        // above): push it, then issue this pair's dQ GEMM and leave it in flight.
-        __syncthreads();
-        if (prev_h >= 0) push_dq(prev_h, prev_q0);
-        prev_h = h;
-        prev_q0 = q0;
-        pipe_issue_dq<D, T>(
-            dq_acc, dq_desc_a + static_cast<uint64_t>((ds_buf * Cfg::kDsBytes) >> 4), dq_desc_b);
-        ds_buf ^= 1;
-        continue;
-      }
       // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
       // staging tile; both halves of dS^T are in.
       if (tid == 0) hp::bulk_wait_read<0>();
@@ -800,18 +459,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
     }
   }
-  if constexpr (kPipe && !kFly) {
-    // v1.2: the last pair's dQ GEMM; the staging tile is free once the bulk reduce of the pair
-    // before it has read it.
-    hp::wait<0>();
-    hp::fence_operands(dq_acc);
-    hp::fence_operands(dv_acc);
-    hp::fence_operands(dk_acc);
-    if (tid == 0) hp::bulk_wait_read<0>();
-    __syncthreads();
-    pipe_stage_dq<D>(dq_acc, staging, dq_row0 + 16 * warp + g, dq_col0, 2 * tq, gs.s - gs.t);
-    hp::fence_proxy_async();
-  }
   __syncthreads();
   push_dq(prev_h, prev_q0);
   if (tid == 0) hp::bulk_wait<0>();
@@ -843,13 +490,13 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-template <int D, class Tag, bool kPipe>
+template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order,
                  cudaStream_t stream) {
-  using Cfg = Sm90Cfg<D, kPipe>;
-  auto kernel = backward_sm90_kernel<D, Tag, kPipe>;
+  using Cfg = Sm90Cfg<D>;
+  auto kernel = backward_sm90_kernel<D, Tag>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "backward_sm90");
   // Work items: (KV head x request, key block), in chunks of KV head x request whose key
   // blocks are scheduled together (see the kernel): about two waves of CTAs per chunk (enough
@@ -858,7 +505,6 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   // may be short, by fewer hb than there are chunks (those CTAs return at once).
   // FOLD_BWD_VARIANT=v1: v1's order (one chunk); FOLD_BWD_HB_CHUNK=n sets the target chunk
   // (for sweeps on the GPU). Scheduling only: the bits are the same for every choice.
-  // (v1.2, kPipe, uses v1.1's chunks.)
   const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
   if (n_hb == 0 || n_kb == 0) return;
@@ -894,27 +540,16 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
     }
 }
 
-// FOLD_BWD_VARIANT (read at every call): "v1" = v1 (kernel and order), "v1.2" = v1.2 (dQ
-// pipelined by one pair, kPipe) with v1.1's order, anything else = v1.1 (the default).
+// FOLD_BWD_VARIANT (read at every call): "v1" = v1's order (one chunk of all hb), anything
+// else = v1.1's chunked order (the default). Same kernel, same bits.
 template <int D, class Tag>
 void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                          fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
                          const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
                          cudaStream_t stream) {
   const char *env = std::getenv("FOLD_BWD_VARIANT");
-  const std::string variant = env != nullptr ? env : "";
-  if constexpr (kFlyCompiles<D>) {
-    if (variant == "v1.3") {
-      launch_sm90<D, Fly<Tag>, true>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, false,
-                                     stream);
-      return;
-    }
-  }
-  if (variant == "v1.2" || variant == "v1.3")
-    launch_sm90<D, Tag, true>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, false, stream);
-  else
-    launch_sm90<D, Tag, false>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv,
-                               variant == "v1", stream);
+  const bool v1_order = env != nullptr && std::string(env) == "v1";
+  launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, stream);
 }
 
 template <class Tag>
