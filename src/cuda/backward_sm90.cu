@@ -90,7 +90,8 @@ struct Sm90Cfg {
   static constexpr int kOffStage = kOffDs + kDsBytes;
   static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
   static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
-  static constexpr int kBytes = kOffPin + 4 * 256 * 16;
+  static constexpr int kOffBar = kOffPin + 4 * 256 * 16;   // mbarriers: Q/dO stage i landed
+  static constexpr int kBytes = kOffBar + 2 * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // slack to align the base to 1024
   // dQ split over the two warpgroups.
   static constexpr int kDqN0 = kBm == 128 ? D : 64;
@@ -102,6 +103,11 @@ struct Sm90Cfg {
   static_assert(D % kStageCols == 0 && kStageBlockBytes % 1024 == 0, "dQ staging boxes");
   static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0, "swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// 0 for a broadcast view's head / batch TMA coordinate (tensor_map.h), else 1.
+struct QdoMuls {
+  int32_t q_head, q_batch, do_head, do_batch;
 };
 
 // Word index of (row, col) in the dQ staging tile (Sm90Cfg: swizzled column blocks).
@@ -174,8 +180,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const fold_tensor_t v, const fold_tensor_t dout,
                          const float *__restrict__ lse, const float *__restrict__ delta,
                          const float *__restrict__ bounds,
-                         const __grid_constant__ CUtensorMap dq_map, const fold_tensor_t dk,
-                         const fold_tensor_t dv, uint32_t hb0, uint32_t hb_end, uint32_t kb0) {
+                         const __grid_constant__ CUtensorMap dq_map,
+                         const __grid_constant__ CUtensorMap tm_q,
+                         const __grid_constant__ CUtensorMap tm_do, const QdoMuls muls,
+                         const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
+                         uint32_t hb_end, uint32_t kb0) {
   using Cfg = Sm90Cfg<D>;
   using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
@@ -216,13 +225,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto qdo_addr = [&](int stage) { return base + Cfg::kOffQdo + 2u * stage * Cfg::kQBytes; };
   const auto stats_addr = [&](int stage) { return base + Cfg::kOffLse + 8u * stage * kBm; };
 
+  // Q and dO of a pair: one thread issues TMA tensor loads (kDBlocks 64-column panels each,
+  // the swizzled layout load_tile_sw writes) completing on the stage's mbarrier. TMA reads
+  // rows past the request's end from the next packed request (or zero-fills them past the
+  // tensor); the consumers zero those rows after the wait (qdo_zero_tail), so they hold 0
+  // as before. lse / Delta (zero-filled past the end) and K / V stay on cp.async.
+  uint64_t *const qdo_full = reinterpret_cast<uint64_t *>(smem + Cfg::kOffBar);
+  const bool dense = p.cu_seqlens == nullptr;
+  const int32_t row_base = dense ? 0 : static_cast<int32_t>(r.first);
+  const int32_t batch = dense ? b : 0;
+  const auto issue_qdo = [&](int stage, int64_t q0, int h) {
+    unsigned char *dst = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
+    const int32_t row = row_base + static_cast<int32_t>(q0);
+    hp::mbar_arrive_expect_tx(&qdo_full[stage], 2 * Cfg::kQBytes);
+#pragma unroll
+    for (int pn = 0; pn < Cfg::kDBlocks; ++pn) {
+      hp::tma_load_4d(dst + pn * kBm * 128, &tm_q, &qdo_full[stage], pn * 64, h * muls.q_head, row,
+                      batch * muls.q_batch);
+      hp::tma_load_4d(dst + Cfg::kQBytes + pn * kBm * 128, &tm_do, &qdo_full[stage], pn * 64,
+                      h * muls.do_head, row, batch * muls.do_batch);
+    }
+  };
+  // Rows [len - q0, kBm) of the stage's Q and dO tiles := 0 (whole 128-byte rows, so the
+  // swizzle does not matter), by all threads, after the stage's mbarrier wait.
+  const auto qdo_zero_tail = [&](int stage, int64_t q0) {
+    if (q0 + kBm <= r.len) return;
+    const int valid = static_cast<int>(r.len - q0);
+    const int chunks = (kBm - valid) * 8;  // 16-byte chunks per panel
+    unsigned char *tile = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
+    for (int i = tid; i < 2 * Cfg::kDBlocks * chunks; i += kThreads) {
+      const int panel = i / chunks, c = i % chunks;  // panel: (tile, column block)
+      *reinterpret_cast<uint4 *>(tile + panel * kBm * 128 + valid * 128 + c * 16) =
+          make_uint4(0, 0, 0, 0);
+    }
+  };
+
   // K, V and the first pair's Q, dO, lse, Delta.
+  if (tid == 0) {
+    hp::mbar_init(&qdo_full[0], 1);
+    hp::mbar_init(&qdo_full[1], 1);
+    hp::fence_barrier_init();
+    hp::tma_prefetch_descriptor(&tm_q);
+    hp::tma_prefetch_descriptor(&tm_do);
+    issue_qdo(0, q_begin, hk * group);
+  }
   load_tile_sw<kBn, D>(k_addr, p, k, b, r, k0, hk);
   load_tile_sw<kBn, D>(v_addr, p, v, b, r, k0, hk);
-  load_tile_sw<kBm, D>(qdo_addr(0), p, q, b, r, q_begin, hk * group);
-  load_tile_sw<kBm, D>(qdo_addr(0) + Cfg::kQBytes, p, dout, b, r, q_begin, hk * group);
   load_rows_stats<kBm>(stats_addr(0), p, lse, delta, r, q_begin, hk * group);
   cp_async_commit();
+  __syncthreads();  // the mbarriers' initialisation, before anyone waits on them
 
   float dv_acc[D / 2], dk_acc[D / 2];
 #pragma unroll
@@ -257,7 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   int stage = 0;
-  int prev_h = -1;  // the pair whose dQ partial waits in the staging tile (none yet)
+  uint32_t phases = 0;  // bit i: the parity the next wait on qdo_full[i] expects
+  int prev_h = -1;      // the pair whose dQ partial waits in the staging tile (none yet)
   int64_t prev_q0 = 0;
 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
@@ -266,6 +318,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the other stage, the wgmma reads of both) and (v1) its dQ partial is in the staging
       // tile.
       cp_async_wait_all();
+      hp::mbar_wait(&qdo_full[stage], (phases >> stage) & 1u);
+      phases ^= 1u << stage;
+      qdo_zero_tail(stage, q0);
       hp::fence_proxy_async();
       __syncthreads();
       if (prev_h >= 0) push_dq(prev_h, prev_q0);
@@ -279,9 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           next_q0 = q_begin;
         }
         if (next_h < (hk + 1) * group) {
-          const uint32_t nxt = qdo_addr(stage ^ 1);
-          load_tile_sw<kBm, D>(nxt, p, q, b, r, next_q0, next_h);
-          load_tile_sw<kBm, D>(nxt + Cfg::kQBytes, p, dout, b, r, next_q0, next_h);
+          // The other stage is free: the previous pair's wgmmas that read it were retired
+          // (step 4's wait) before the barrier above.
+          if (tid == 0) issue_qdo(stage ^ 1, next_q0, next_h);
           load_rows_stats<kBm>(stats_addr(stage ^ 1), p, lse, delta, r, next_q0, next_h);
           cp_async_commit();
         }
@@ -527,6 +582,9 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   const uint32_t grid_box[3] = {Cfg::kStageCols, 1, static_cast<uint32_t>(Cfg::kBm)};
   const CUtensorMap dq_map = encode_tiled(dq_grid, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, grid_dims,
                                           grid_strides, grid_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const ViewMap mq = make_view_map(p, q, p.n_heads, Cfg::kBm);
+  const ViewMap mdo = make_view_map(p, dout, p.n_heads, Cfg::kBm);
+  const QdoMuls muls{mq.head_mul, mq.batch_mul, mdo.head_mul, mdo.batch_mul};
   for (int64_t kb0 = 0; kb0 < n_kb; kb0 += kMaxYZ)
     for (int64_t hb0 = 0; hb0 < n_hb; hb0 += chunk * kMaxYZ) {
       const int64_t hb_end = std::min(n_hb, hb0 + chunk * kMaxYZ);
@@ -534,8 +592,8 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                       static_cast<unsigned>(std::min(n_kb - kb0, kMaxYZ)),
                       static_cast<unsigned>((hb_end - hb0 + chunk - 1) / chunk));
       kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
-          p, q, k, v, dout, lse, delta, bounds, dq_map, dk, dv, static_cast<uint32_t>(hb0),
-          static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
+          p, q, k, v, dout, lse, delta, bounds, dq_map, mq.map, mdo.map, muls, dk, dv,
+          static_cast<uint32_t>(hb0), static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
       check(cudaGetLastError(), "backward_sm90_kernel launch");
     }
 }
@@ -579,6 +637,13 @@ bool launch_backward_main_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fo
                                const float *delta, const float *bounds, int32_t *dq_grid,
                                fold_tensor_t dk, fold_tensor_t dv, void *stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128) return false;
+  // Q and dO load by TMA: views it cannot describe (a token stride of 0) take v0's main
+  // kernel, decided by the layout alone (never by the batch), as in the forward.
+  if (!tma_describable(p, q) || !tma_describable(p, dout)) return false;
+  // TMA coordinates (Q / dO rows, dQ grid rows) are signed 32-bit.
+  if (p.total_tokens > 0x7fffffff)
+    fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   if (p.dtype == FOLD_DTYPE_BF16)
     return launch_sm90_dim<tile::Bf16>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv,
                                        stream);
