@@ -546,10 +546,12 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     Returns the output in q_step's shape (zeros for free slots), and the LSE if asked
     (-inf for free or empty slots).
 
-    Under torch.compile the step is one fold_attention::decode_step op (no graph break);
-    the checks that would read tensor values on the host (non-finite inputs, full requests)
-    and page reservation are skipped there, so reserve pages up front
-    (add_request(length=...)) for the tokens a compiled step appends.
+    Under torch.compile the step is one fold_attention::decode_step op (no graph break),
+    and a CUDA cache's step can be captured in a CUDA graph (torch.cuda.graph): the checks
+    that would read tensor values on the host (non-finite inputs, full requests) and page
+    reservation are skipped in both cases, so reserve pages up front
+    (add_request(length=...)) for the tokens a compiled or captured step appends (an append
+    with no room is rejected on the device, counted in stats()["rejected_appends"]).
     """
     fn = "fold_attn_with_kvcache"
     if not isinstance(cache, FoldKVCache):
@@ -562,7 +564,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     if k_step is not None:
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
-    if not torch.compiler.is_compiling():
+    # (is_compiling first: dynamo cannot trace is_current_stream_capturing, and never has to.)
+    if not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing()):
         # Host checks with as few device reads as possible (each is a sync on CUDA): the
         # lengths once, the finiteness of q, k and v together.
         lengths = cache.lengths.tolist()

@@ -371,6 +371,41 @@ def test_cuda_graph_append_and_attend():
     _assert_same_cache(eager, graphed)
 
 
+def test_cuda_graph_of_the_public_step():
+    # fold_attn_with_kvcache itself captured in a CUDA graph (its host checks are skipped while
+    # capturing; pages reserved up front): replays append and attend with the eager bits.
+    D, Hkv, G, B, steps = 64, 2, 3, 3, 4
+    q, k, v = synth(B, Hkv, G, D, 700, seed=12)
+    caches = []
+    for _ in range(2):
+        c = _make(CUDA, B, Hkv * G, Hkv, D, 800, depth=None)
+        for b, n in enumerate([500, 1, 321]):
+            assert c.add_request(length=800) == b
+            c.extend(b, k[b, :n].to(CUDA), v[b, :n].to(CUDA))
+        caches.append(c)
+    eager, graphed = caches
+    qs = [torch.randn(B, Hkv * G, D).bfloat16().to(CUDA) for _ in range(steps)]
+    ks = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
+    vs = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
+    expected = [fa.fold_attn_with_kvcache(qs[i], eager, ks[i], vs[i], return_lse=True) for i in range(steps)]
+    sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = fa.fold_attn_with_kvcache(sq, graphed, sk, sv, return_lse=True)
+    torch.cuda.synchronize()
+    assert graphed.lengths.tolist() == [500, 1, 321]  # capture ran nothing
+    for i in range(steps):
+        sq.copy_(qs[i])
+        sk.copy_(ks[i])
+        sv.copy_(vs[i])
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(out), _bits(expected[i][0])), i
+        assert torch.equal(_bits(lse), _bits(expected[i][1])), i
+    _assert_same_cache(eager, graphed)
+
+
 def test_step_without_room_is_rejected_on_device_not_written():
     # decode_step_cuda checks nothing on the host (graphs, compiled steps): a full request
     # must not be written out of bounds; it is attended without the token and counted.
