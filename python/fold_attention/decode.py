@@ -23,7 +23,7 @@ import numbers
 import torch
 
 from . import _lib
-from ._decode_op import decode_step_op
+from ._decode_op import decode_step_impl, decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -476,9 +476,11 @@ class FoldKVCache:
         return self._workspace, self._stats_dev
 
     def _step(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
-        """One step through the fold_attention::decode_step op: q (batch, n_heads, D), k/v
-        None or (batch, n_kv_heads, D), all contiguous; pages already reserved."""
-        out, lse = decode_step_op(
+        """One step through the fold_attention::decode_step op (traced under torch.compile; its
+        implementation called directly otherwise): q (batch, n_heads, D), k/v None or
+        (batch, n_kv_heads, D), all contiguous; pages already reserved."""
+        op = decode_step_op if torch.compiler.is_compiling() else decode_step_impl
+        out, lse = op(
             q, k, v, self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_exp,
             self.v_page_sum, self.heavy_keys, self.page_table, self.lengths, self._workspace,
             self._stats_dev, self.max_len, self._v_exp_fixed is not None, self.softmax_scale,
@@ -577,14 +579,22 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                     raise ValueError(
                         f"{fn}: request {b} is full ({cache.max_len} tokens = max_len); k_step cannot be appended"
                     )
-            idx = torch.tensor(active, dtype=torch.long, device=k.device)
-            checks += [("k_step", k[idx]), ("v_step", v[idx])]
-        if checks and not bool(torch.stack([torch.isfinite(x).all() for _, x in checks]).all()):
-            bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
-            raise ValueError(f"{fn}: {bad} holds a non-finite value")
+            if len(active) == cache.batch:
+                ka, va = k, v
+            else:
+                idx = torch.tensor(active, dtype=torch.long, device=k.device)
+                ka, va = k[idx], v[idx]
+            checks += [("k_step", ka), ("v_step", va)]
+        # One finiteness test over all of them (one reduction, one read; H200: ~80 us of host
+        # time against ~210 us for a test per tensor); the offender is named on failure only.
+        if checks:
+            flat = torch.cat([x.reshape(-1) for _, x in checks]) if len(checks) > 1 else checks[0][1]
+            if not bool(torch.isfinite(flat).all()):
+                bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
+                raise ValueError(f"{fn}: {bad} holds a non-finite value")
         if k is not None:
             if cache.v_scale is not None:
-                cache._check_values(k[idx], v[idx], fn, "k_step", "v_step")
+                cache._check_values(ka, va, fn, "k_step", "v_step")
             for b in active:
                 cache._reserve(b, lengths[b] + 1)
     out, lse = cache._step(q, k, v)
