@@ -35,7 +35,7 @@ def args_of(qq, kk, vv):
             c.page_table, c.lengths, c._workspace, c._stats_dev, c.max_len, c._v_exp_fixed is not None,
             c.softmax_scale, c.depth, c.refine_band, c.refine_band + V_REFINE_EXTRA)
 
-def checks_current():
+def checks_per_tensor():
     lengths = cache.lengths.tolist()
     active = [b for b, n in enumerate(lengths) if n >= 0]
     idx = torch.tensor(active, dtype=torch.long, device=dev)
@@ -93,7 +93,7 @@ def reserve_only():
     cache._reserve(0, n + 1)
 
 cases = [("full step (new)", full), ("full step (old path)", full_old), ("op raw impl", op_raw),
-         ("checks current", checks_current), ("checks cat", checks_cat), ("checks foreach_norm", checks_foreach),
+         ("checks old (per tensor)", checks_per_tensor), ("checks cat", checks_cat), ("checks foreach_norm", checks_foreach),
          ("op via dispatcher", op_dispatch), ("checks amax", checks_amax), ("lengths.tolist only", lengths_only), ("reserve (+tolist)", reserve_only)]
 for name, fn in cases:
     try:

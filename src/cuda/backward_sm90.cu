@@ -23,8 +23,10 @@
 //      cannot change a bit. Rows past the request's end are exactly 0 (their dS is masked
 //      to 0), so adding them into the next request's rows changes nothing; rows past the
 //      grid are dropped by TMA.
-// Q, dO, lse and Delta of the next pair load with cp.async (zero-filled past the request's
-// end) into a second stage while the current pair computes.
+// Q and dO of the next pair load by TMA (one thread, on the stage's mbarrier; rows past the
+// request's end are zeroed in shared memory after the wait), lse and Delta with cp.async
+// (zero-filled past the end), into a second stage while the current pair computes. K and V
+// load once per CTA with cp.async.
 // Shared tiles use the 128-byte swizzle of wgmma (hopper/wgmma.cuh): one copy of K
 // serves as K-major A of step 1 and MN-major B of step 4; Q and dO likewise for steps 1 / 3.
 // Nothing depends on the batch, the other requests or the request's offset: tiles start at
@@ -315,8 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
-      // the other stage, the wgmma reads of both) and (v1) its dQ partial is in the staging
-      // tile.
+      // the other stage, the wgmma reads of both) and its dQ partial is in the staging tile.
       cp_async_wait_all();
       hp::mbar_wait(&qdo_full[stage], (phases >> stage) & 1u);
       phases ^= 1u << stage;
@@ -638,8 +639,9 @@ bool launch_backward_main_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fo
                                fold_tensor_t dk, fold_tensor_t dv, void *stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.head_dim != 64 && p.head_dim != 96 && p.head_dim != 128) return false;
-  // Q and dO load by TMA: views it cannot describe (a token stride of 0) take v0's main
-  // kernel, decided by the layout alone (never by the batch), as in the forward.
+  // Q and dO load by TMA: views it cannot describe (tma_describable: a token stride of 0, a
+  // base not 16-byte aligned, strides not multiples of 8 elements) take v0's main kernel,
+  // decided by the layout alone (never by the batch), as in the forward.
   if (!tma_describable(p, q) || !tma_describable(p, dout)) return false;
   // TMA coordinates (Q / dO rows, dQ grid rows) are signed 32-bit.
   if (p.total_tokens > 0x7fffffff)

@@ -292,3 +292,23 @@ def test_cuda_tensors_raise_not_implemented():
     q = torch.randn(2, 8, 64).bfloat16().to("meta")
     with pytest.raises(NotImplementedError, match="q_step"):
         fa.fold_attn_with_kvcache(q, cache)
+
+
+def test_step_with_grad_inputs_is_not_silently_detached():
+    # The eager step calls the op's implementation directly only when no input requires grad;
+    # a q that requires grad goes through the op, whose output then refuses backward (no
+    # autograd formula) instead of being cut from the graph without a word.
+    B, H, Hkv, D = 2, 4, 2, 64
+    q, k, v = synth(B, Hkv, H // Hkv, D, 40, seed=3)
+    cache = fa.FoldKVCache(B, H, Hkv, D, 64, depth=None, dtype=q.dtype)
+    for b in range(B):
+        cache.add_request()
+        cache.extend(b, k[b], v[b])
+    plain = fa.fold_attn_with_kvcache(q, cache)
+    assert not plain.requires_grad
+    qg = q.clone().requires_grad_(True)
+    out = fa.fold_attn_with_kvcache(qg, cache)
+    assert out.requires_grad
+    assert torch.equal(out.detach().view(torch.int16), plain.view(torch.int16))
+    with pytest.raises(RuntimeError):
+        out.float().sum().backward()

@@ -63,8 +63,6 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
       : "memory");
 }
 
-// Makes this thread's generic-proxy shared-memory writes visible to the async proxy
-// (TMA, bulk copies and wgmma operand reads).
 // A contiguous run of global memory into shared memory (cp.async.bulk, no tensor map): both
 // addresses 16-byte aligned, bytes a multiple of 16; completes on `bar` like a tensor load.
 __device__ __forceinline__ void bulk_load_1d(void *dst, const void *src, uint32_t bytes,
@@ -76,6 +74,8 @@ __device__ __forceinline__ void bulk_load_1d(void *dst, const void *src, uint32_
       : "memory");
 }
 
+// Makes this thread's generic-proxy shared-memory writes visible to the async proxy
+// (TMA, bulk copies and wgmma operand reads).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
