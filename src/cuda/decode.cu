@@ -767,6 +767,28 @@ __device__ __forceinline__ void pv_item(float *nsl, const float *wt, int rs, int
   }
 }
 
+// The value-product items of one chunk (decode_plan.h pv_slices): warp `warp` takes items
+// (slice, block of 8 rows, column part) in turn; per item, the slice's live keys (live_mask)
+// in index order, in parts of at most 32 keys: part(nsl, rb, c0, k0, m) adds keys k0 + bits of
+// m into the slice's sums nsl.
+template <int D, class Part>
+__device__ __forceinline__ void for_each_pv_part(int warp, int lane, int NS, int nrb, int G,
+                                                 float *ns, uint64_t live_mask, const Part &part) {
+  constexpr int C = pv_cols(D), HV = pv_halves(D);
+  const int per = kChunk / NS;  // keys per slice and chunk
+  for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
+    const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
+    float *nsl = ns + sl * G * D;
+    const int c0 = (h * 32 + lane) * C;
+    for (int k0 = sl * per; k0 < (sl + 1) * per; k0 += 32) {
+      const uint32_t m =
+          static_cast<uint32_t>(live_mask >> k0) & (per >= 32 ? 0xffffffffu : (1u << per) - 1u);
+      if (m == 0) continue;
+      part(nsl, rb, c0, k0, m);
+    }
+  }
+}
+
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
 // groups the guard flagged.
 template <int NP>
@@ -1121,30 +1143,22 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     // N: warp items (slice, block of 8 rows, column half); lane = C columns x 8 rows; the
     // slice's live keys in index order (decode_plan.h pv_slices).
     {
-      constexpr int C = pv_cols(D), HV = pv_halves(D);
+      constexpr int C = pv_cols(D);
       const unsigned char *stg = stage + st * 64 * vrow;
-      const int per = kChunk / NS;  // keys per slice and chunk
       const float sx = exp2i(vexp);
-      for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
-        const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
-        float *nsl = ns + sl * G * D;
-        const int c0 = (h * 32 + lane) * C;
-        // The slice's keys in (at most 32-key) parts, in order.
-        for (int k0 = sl * per; k0 < (sl + 1) * per; k0 += 32) {
-          const uint32_t m =
-              static_cast<uint32_t>(live_mask >> k0) & (per >= 32 ? 0xffffffffu : (1u << per) - 1u);
-          if (m == 0) continue;
-          if (v8)
-            pv_item<C, kVV8>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0, m,
-                             sx, s_e4m3);
-          else if (pf16)
-            pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0,
-                              m, sx, s_e4m3);
-          else
-            pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, stg, static_cast<int>(vrow), s_flags, k0,
-                               m, sx, s_e4m3);
-        }
-      }
+      for_each_pv_part<D>(warp, lane, NS, nrb, G, ns, live_mask,
+                          [&](float *nsl, int rb, int c0, int k0, uint32_t m) {
+                            if (v8)
+                              pv_item<C, kVV8>(nsl, wt, RS, rb, G, D, c0, stg,
+                                               static_cast<int>(vrow), s_flags, k0, m, sx, s_e4m3);
+                            else if (pf16)
+                              pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, stg,
+                                                static_cast<int>(vrow), s_flags, k0, m, sx, s_e4m3);
+                            else
+                              pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, stg,
+                                                 static_cast<int>(vrow), s_flags, k0, m, sx,
+                                                 s_e4m3);
+                          });
     }
     if (more) {
 #pragma unroll
@@ -1392,23 +1406,17 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     }
     // N: the value-product items of decode_split_kernel over the stage's V rows.
     {
-      constexpr int C = pv_cols(D), HV = D / (32 * C);
+      constexpr int C = pv_cols(D);
       const uint64_t live_mask = nk == 64 ? ~0ull : ((1ull << nk) - 1ull);
-      const int per = kChunk / NS;
-      for (int it = warp; it < NS * nrb * HV; it += kThreads / 32) {
-        const int h = it % HV, rb = (it / HV) % nrb, sl = it / (HV * nrb);
-        float *nsl = ns + sl * G * D;
-        const int c0 = (h * 32 + lane) * C;
-        for (int k0 = sl * per; k0 < (sl + 1) * per; k0 += 32) {
-          const uint32_t m =
-              static_cast<uint32_t>(live_mask >> k0) & (per >= 32 ? 0xffffffffu : (1u << per) - 1u);
-          if (m == 0) continue;
-          if (pf16)
-            pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0, m, 1.0f, nullptr);
-          else
-            pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0, m, 1.0f, nullptr);
-        }
-      }
+      for_each_pv_part<D>(warp, lane, NS, nrb, G, ns, live_mask,
+                          [&](float *nsl, int rb, int c0, int k0, uint32_t m) {
+                            if (pf16)
+                              pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0,
+                                                m, 1.0f, nullptr);
+                            else
+                              pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0,
+                                                 m, 1.0f, nullptr);
+                          });
     }
     named_bar_sync(1, kThreads);  // the stage and the weights are free again
     if (tid == 0) mbar_arrive(&empty[st]);
