@@ -335,13 +335,15 @@ def test_bit_identical_alone_and_in_batch():
     assert torch.equal(_bits(la[0]), _bits(lb[2]))
 
 
-def test_cuda_graph_append_and_attend():
-    D, Hkv, G, B, steps = 128, 2, 4, 3, 5
-    q, k, v = synth(B, Hkv, G, D, 700, seed=9)
+def _graph_replays_match_eager(D, G, lengths, depth, seed, steps, capture):
+    # Two caches filled alike; steps with an append each, eager on one and as replays of one
+    # captured step (`capture(cache, q, k, v)` -> out, lse) on the other: same bits, same caches.
+    Hkv, B = 2, len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 700, seed=seed)
     caches = []
     for _ in range(2):
-        c = _make(CUDA, B, Hkv * G, Hkv, D, 800, depth=16.0)
-        for b, n in enumerate([600, 100, 350]):
+        c = _make(CUDA, B, Hkv * G, Hkv, D, 800, depth=depth)
+        for b, n in enumerate(lengths):
             assert c.add_request(length=800) == b
             c.extend(b, k[b, :n].to(CUDA), v[b, :n].to(CUDA))
         caches.append(c)
@@ -351,15 +353,12 @@ def test_cuda_graph_append_and_attend():
     vs = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
     expected = [fa.fold_attn_with_kvcache(qs[i], eager, ks[i], vs[i], return_lse=True) for i in range(steps)]
     sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
-    out = torch.empty(B, Hkv * G, D, dtype=torch.bfloat16, device=CUDA)
-    lse = torch.empty(B, Hkv * G, dtype=torch.float32, device=CUDA)
-    graphed._cuda_buffers()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        decode_step_cuda(graphed, sq, sk, sv, out, lse)
+        out, lse = capture(graphed, sq, sk, sv)
     torch.cuda.synchronize()
-    assert graphed.lengths.tolist() == [600, 100, 350]  # capture ran nothing
+    assert graphed.lengths.tolist() == list(lengths)  # capture ran nothing
     for i in range(steps):
         sq.copy_(qs[i])
         sk.copy_(ks[i])
@@ -369,41 +368,25 @@ def test_cuda_graph_append_and_attend():
         assert torch.equal(_bits(out), _bits(expected[i][0])), i
         assert torch.equal(_bits(lse), _bits(expected[i][1])), i
     _assert_same_cache(eager, graphed)
+
+
+def test_cuda_graph_append_and_attend():
+    def capture(cache, q, k, v):
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=CUDA)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=CUDA)
+        decode_step_cuda(cache, q, k, v, out, lse)
+        return out, lse
+
+    _graph_replays_match_eager(128, 4, [600, 100, 350], 16.0, seed=9, steps=5, capture=capture)
 
 
 def test_cuda_graph_of_the_public_step():
     # fold_attn_with_kvcache itself captured in a CUDA graph (its host checks are skipped while
     # capturing; pages reserved up front): replays append and attend with the eager bits.
-    D, Hkv, G, B, steps = 64, 2, 3, 3, 4
-    q, k, v = synth(B, Hkv, G, D, 700, seed=12)
-    caches = []
-    for _ in range(2):
-        c = _make(CUDA, B, Hkv * G, Hkv, D, 800, depth=None)
-        for b, n in enumerate([500, 1, 321]):
-            assert c.add_request(length=800) == b
-            c.extend(b, k[b, :n].to(CUDA), v[b, :n].to(CUDA))
-        caches.append(c)
-    eager, graphed = caches
-    qs = [torch.randn(B, Hkv * G, D).bfloat16().to(CUDA) for _ in range(steps)]
-    ks = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
-    vs = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
-    expected = [fa.fold_attn_with_kvcache(qs[i], eager, ks[i], vs[i], return_lse=True) for i in range(steps)]
-    sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = fa.fold_attn_with_kvcache(sq, graphed, sk, sv, return_lse=True)
-    torch.cuda.synchronize()
-    assert graphed.lengths.tolist() == [500, 1, 321]  # capture ran nothing
-    for i in range(steps):
-        sq.copy_(qs[i])
-        sk.copy_(ks[i])
-        sv.copy_(vs[i])
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(_bits(out), _bits(expected[i][0])), i
-        assert torch.equal(_bits(lse), _bits(expected[i][1])), i
-    _assert_same_cache(eager, graphed)
+    def capture(cache, q, k, v):
+        return fa.fold_attn_with_kvcache(q, cache, k, v, return_lse=True)
+
+    _graph_replays_match_eager(64, 3, [500, 1, 321], None, seed=12, steps=4, capture=capture)
 
 
 def test_step_without_room_is_rejected_on_device_not_written():
