@@ -108,30 +108,40 @@ def train_suite(suite: str, mode: str, argv=None, doc: str = ""):
     ap.add_argument("--flex", choices=["all", "first", "none"], default=None,
                     help="FlexAttention on every shape, the first only (quick default) or none")
     ap.add_argument("--no-varlen", action="store_true")
+    ap.add_argument("--shapes", choices=["quick", "full", "issue"], default=None,
+                    help="shape list: quick (--quick's default), full (the default) or issue (the training "
+                         "issue's six shapes and 16-sequence varlen mix)")
+    ap.add_argument("--masks", choices=["causal", "full", "both"], default="causal",
+                    help="causal (default), non-causal, or both for every shape")
     args = ap.parse_args(argv)
     runner.require_cuda()
-    shapes = training.QUICK_SHAPES if args.quick else training.FULL_SHAPES
+    which = args.shapes or ("quick" if args.quick else "full")
+    shapes = {"quick": training.QUICK_SHAPES, "full": training.FULL_SHAPES, "issue": training.ISSUE_SHAPES}[which]
+    mix = training.ISSUE_VARLEN_MIX if which == "issue" else training.VARLEN_MIX
     if dev.DRY:
         shapes = training.DRY_SHAPES
+    masks = {"causal": [True], "full": [False], "both": [True, False]}[args.masks]
     flex_mode = args.flex or ("first" if args.quick else "all")
-    work = [("dense", s) for s in shapes]
+    work = [("dense", s, c) for s in shapes for c in masks]
     if not args.no_varlen:
-        work.append(("varlen", training.VARLEN_MIX))
-    w = runner.open_writer(suite, args, {"quick": args.quick, "shapes": shapes, "varlen_mix": training.VARLEN_MIX,
-                                         "flex": flex_mode, "flush": not args.no_flush, "causal": True})
+        work += [("varlen", mix, c) for c in masks]
+    w = runner.open_writer(suite, args, {"quick": args.quick, "shapes": shapes, "varlen_mix": mix,
+                                         "flex": flex_mode, "flush": not args.no_flush,
+                                         "causal": masks[0] if len(masks) == 1 else "both"})
     budget = harness.Budget(args.budget_s)
-    for i, (kind, spec) in enumerate(harness.progress(work, total=len(work), desc=suite)):
+    for i, (kind, spec, causal) in enumerate(harness.progress(work, total=len(work), desc=suite)):
         if budget.exhausted():
             w.note({"skipped": str(spec), "why": "budget"})
             continue
         p = None
         try:
             if kind == "dense":
-                p = training.make_problem(spec)
+                p = training.make_problem(spec, causal=causal)
             elif dev.DRY:
-                p = training.make_problem(None, varlen=training.DRY_VARLEN, heads=training.DRY_VARLEN_HEADS)
+                p = training.make_problem(None, causal=causal, varlen=training.DRY_VARLEN,
+                                          heads=training.DRY_VARLEN_HEADS)
             else:
-                p = training.make_problem(None, varlen=spec, heads=training.VARLEN_HEADS)
+                p = training.make_problem(None, causal=causal, varlen=spec, heads=training.VARLEN_HEADS)
             want_flex = flex_mode == "all" or (flex_mode == "first" and i == 0)
             rec = run_train_case(p, mode, args, want_flex, twin=(i % 3 == 0))
             w.case(rec)

@@ -6,6 +6,10 @@ Also checks that every variant gives the bits of the first one on each shape.
     python3 scripts/time_forward_variants.py [--graph] [variant ...]
         (default variants: v1 v1.1 v1.1-nopp v1.2)
 
+A variant is a FOLD_FWD_VARIANT value, "default" (nothing set: the library's choice), or
+NAME=VALUE for another setting read at every call (e.g. FOLD_FWD_HB_CHUNK=0, the tile order
+before its chunks), set alone.
+
 --graph: each call is captured once in a CUDA graph (the variant is picked at capture) and
 the replays are timed (mean of 20 back-to-back replays, median of 5), so the Python
 wrapper's per-call host time (allocations, validation, ctypes), which the eager timing puts
@@ -44,6 +48,20 @@ def timed_graph(fn, reps=20, rounds=5):
     return times[len(times) // 2]
 
 
+SETTINGS = ("FOLD_FWD_VARIANT", "FOLD_FWD_HB_CHUNK")
+
+
+def select(var):
+    for name in SETTINGS:
+        os.environ.pop(name, None)
+    if var == "default":
+        return
+    name, value = var.split("=", 1) if "=" in var else ("FOLD_FWD_VARIANT", var)
+    if name not in SETTINGS:
+        raise SystemExit(f"unknown setting {name}: expected one of {SETTINGS}")
+    os.environ[name] = value
+
+
 def main():
     args = sys.argv[1:]
     use_graph = "--graph" in args
@@ -67,7 +85,7 @@ def main():
             flops = 4 * B * H * S * S * D / (2 if causal else 1)
             res, first = {}, None
             for var in variants:
-                os.environ["FOLD_FWD_VARIANT"] = var
+                select(var)
 
                 def run():
                     with torch.no_grad():
@@ -80,7 +98,7 @@ def main():
                           and torch.equal(lse, first[1])):
                     print(f"  BITS DIFFER: {var} vs {variants[0]}")
                 res[var] = timer(run)
-            os.environ.pop("FOLD_FWD_VARIANT", None)
+            select("default")
 
             def sdpa():
                 with torch.no_grad():
