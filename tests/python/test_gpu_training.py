@@ -401,6 +401,38 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
                 _assert_bits(a_lse, b_lse, f"{variant} vs v1 {kind} lse (causal={causal})")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_tile_order_chunks_keep_bits(causal, monkeypatch):
+    """FOLD_FWD_HB_CHUNK sets the forward's tile order (chunks of (request, head) pairs,
+    tile_order.cuh): 0 = the order before the chunks (query block slowest over the whole
+    batch), 1 = one KV head's group per chunk, 3 = not a multiple of the group (rounded up),
+    unset = the default. Scheduling only: every order gives the default's bits, for both
+    kernels (v1.1 and the persistent v1.2, also with 3 CTAs walking the chunks), with an
+    empty request, idle tiles and a short last chunk."""
+    dtype, D = torch.bfloat16, 128
+    lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64], 8, 2
+    T = sum(lengths)
+    q, k, v = (_randn((T, h, D), dtype, 170 + i) for i, h in enumerate((H, Hkv, Hkv)))
+    cu = _cu(lengths)
+    dense = [_randn((5, 300, h, D), dtype, 180 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+    for variant in ("", "v1.1", "v1.2", "v1.2/3"):
+        name, _, ctas = variant.partition("/")
+        for chunk in ("0", "1", "3", "5"):
+            if name:
+                monkeypatch.setenv("FOLD_FWD_VARIANT", name)
+            if ctas:
+                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
+            monkeypatch.setenv("FOLD_FWD_HB_CHUNK", chunk)
+            got = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+            for setting in ("FOLD_FWD_VARIANT", "FOLD_FWD_CTAS", "FOLD_FWD_HB_CHUNK"):
+                monkeypatch.delenv(setting, raising=False)
+            for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
+                what = f"{variant or 'default'} chunk {chunk} {kind} (causal={causal})"
+                _assert_bits(a_out, b_out, f"{what} out")
+                _assert_bits(a_lse, b_lse, f"{what} lse")
+
+
 @pytest.mark.parametrize("ctas", ["", "2"])
 def test_forward_v12_graph_capture(ctas, monkeypatch):
     """v1.2's static tile schedule needs nothing reset between launches: a captured forward
