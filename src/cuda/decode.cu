@@ -132,7 +132,23 @@ struct AppendArgs {
   int32_t n_tokens;
   fold_tensor_t k, v;
   int64_t *stats;  // step mode: counters (FOLD_DECODE_STAT_REJECTED), or NULL
+  int32_t *done;   // step mode in the decode: [batch] zeroed counters; the rows kernel then
+                   // also does the heavy-key lists and the lengths (no append_heavy_kernel)
 };
+
+// Inserts key t of scale s into a KV head's heavy-key list (idx, sc: entries by decreasing
+// scale, -1 = empty; ties keep the older key first).
+__device__ __forceinline__ void heavy_insert(int32_t *idx, uint16_t *sc, int32_t t, uint16_t s) {
+  int pos = kHeavyKeys;
+  while (pos > 0 && (idx[pos - 1] < 0 || sc[pos - 1] < s)) --pos;
+  if (pos == kHeavyKeys) return;
+  for (int e = kHeavyKeys - 1; e > pos; --e) {
+    idx[e] = idx[e - 1];
+    sc[e] = sc[e - 1];
+  }
+  idx[pos] = t;
+  sc[pos] = s;
+}
 
 // Step mode takes no host check (a captured or compiled step cannot make one): a request
 // whose next token has no room or no reserved page is not appended, and is counted, rather
@@ -202,18 +218,30 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // K planes and scale, V (or its v8 planes) and the page V sums of the unit's tokens, in
-// token order (the page sum of column d is owned by thread d).
+// token order (the page sum of column d is owned by thread d). In the decode step (a.done set)
+// also append_heavy_kernel's work for the block's KV head, and the request's new length,
+// written by the last of its blocks to finish (every block has read the old length by then):
+// one launch less per step, and the heavy list's loads overlap the Hadamard.
 __global__ void __launch_bounds__(kThreads)
     append_rows_kernel(const fold_kvcache_t c, const AppendArgs a) {
+  static_assert(kHeavyKeys <= kThreads, "a thread per heavy-list entry");
   __shared__ float y[256];
   __shared__ unsigned int s_amax;
+  __shared__ int32_t s_hidx[kHeavyKeys];
+  __shared__ uint16_t s_hsc[kHeavyKeys];
   const int hk = blockIdx.y;
   const int D = c.head_dim, P = c.page_size;
+  const bool fused = a.request < 0 && a.done != nullptr;
   int32_t b, t0, t1, L;
   if (a.request < 0) {
     b = blockIdx.x;
     L = c.lengths[b];
-    if (!step_append_ok(c, b, L)) return;
+    if (!step_append_ok(c, b, L)) {
+      if (fused && hk == 0 && L >= 0 && threadIdx.x == 0 && a.stats != nullptr)
+        atomicAdd(reinterpret_cast<unsigned long long *>(a.stats) + FOLD_DECODE_STAT_REJECTED,
+                  1ull);
+      return;
+    }
     t0 = L;
     t1 = L + 1;
   } else {
@@ -225,6 +253,15 @@ __global__ void __launch_bounds__(kThreads)
     if (t0 >= t1) return;
   }
   const int tid = threadIdx.x;
+  int32_t *heavy = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys;
+  if (fused && tid < kHeavyKeys) {
+    // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale.
+    const int32_t e = heavy[tid];
+    const int32_t idx = e >= 0 && e < L ? e : -1;
+    s_hidx[tid] = idx;
+    s_hsc[tid] = idx >= 0 ? c.k_scale[key_row(c, b, hk, idx)] : 0;
+  }
+  uint16_t last_bits = 0;
   int vexp = 0;
   if (c.v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
@@ -248,6 +285,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid < D) atomicMax(&s_amax, __float_as_uint(y[tid]) & 0x7fffffffu);
     __syncthreads();
     const uint16_t bits = plane_scale_bits(__uint_as_float(s_amax));
+    last_bits = bits;
     const float scale = bf16_bits_to_float(bits);
     if (tid < D) {
       int8_t pa = 0, pb = 0;
@@ -265,6 +303,24 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
+  }
+  if (fused && tid == 0) {
+    int32_t idx[kHeavyKeys];
+    uint16_t sc[kHeavyKeys];
+    for (int e = 0; e < kHeavyKeys; ++e) {
+      idx[e] = s_hidx[e];
+      sc[e] = s_hsc[e];
+    }
+    heavy_insert(idx, sc, L, last_bits);
+    for (int e = 0; e < kHeavyKeys; ++e) heavy[e] = idx[e];
+    // Every block of request b read its length before counting itself done; the last one
+    // publishes the new length (fences: the count after this block's reads, the store after
+    // the other blocks' counts).
+    __threadfence();
+    if (atomicAdd(a.done + b, 1) == c.n_kv_heads - 1) {
+      __threadfence();
+      c.lengths[b] = L + 1;
+    }
   }
 }
 
@@ -289,18 +345,7 @@ __global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) 
       idx[e] = list[e] >= 0 && list[e] < L ? list[e] : -1;
       sc[e] = idx[e] >= 0 ? c.k_scale[key_row(c, b, hk, idx[e])] : 0;
     }
-    for (int32_t t = L; t < L + n; ++t) {
-      const uint16_t s = c.k_scale[key_row(c, b, hk, t)];
-      int pos = kHeavyKeys;
-      while (pos > 0 && (idx[pos - 1] < 0 || sc[pos - 1] < s)) --pos;
-      if (pos == kHeavyKeys) continue;
-      for (int e = kHeavyKeys - 1; e > pos; --e) {
-        idx[e] = idx[e - 1];
-        sc[e] = sc[e - 1];
-      }
-      idx[pos] = t;
-      sc[pos] = s;
-    }
+    for (int32_t t = L; t < L + n; ++t) heavy_insert(idx, sc, t, c.k_scale[key_row(c, b, hk, t)]);
     for (int e = 0; e < kHeavyKeys; ++e) list[e] = idx[e];
   }
   __syncthreads();
@@ -1658,6 +1703,7 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
   }
   append_rows_kernel<<<dim3(units_rows, c.n_kv_heads), kThreads, 0, stream>>>(c, a);
   check(cudaGetLastError(), "append_rows_kernel launch");
+  if (a.done != nullptr) return;  // the decode step: the rows kernel did the rest
   append_heavy_kernel<<<units, 32, 0, stream>>>(c, a);
   check(cudaGetLastError(), "append_heavy_kernel launch");
 }
@@ -1667,7 +1713,7 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
 void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
-  const AppendArgs a{request, n_tokens, k, v, nullptr};
+  const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
@@ -1703,7 +1749,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
           "cudaMemsetAsync(stats)");
   check(cudaMemsetAsync(w.gcnt, 0, w.gcnt_bytes, stream), "cudaMemsetAsync(workspace)");
   if (k_step.data != nullptr) {
-    const AppendArgs a{-1, 1, k_step, v_step, stats};
+    const AppendArgs a{-1, 1, k_step, v_step, stats, w.done};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
   const int G = p.n_heads / c.n_kv_heads;

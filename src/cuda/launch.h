@@ -80,6 +80,8 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 //   part_t, part_tl float32 [rows, splits]  split denominators (rounded / unrounded weights)
 //   flag    int32   [batch, n_kv_heads]     guard: group recomputed in pass 1
 //   gcnt    int64   [batch, n_kv_heads, 5]  pass-0 read counters (zeroed by the launcher)
+//   done    int32   [batch]                 the step's append: blocks done per request (zeroed
+//                                           with gcnt, in the same memset)
 struct DecodeWorkspace {
   int8_t *qa, *qb;
   float *sq, *z;
@@ -87,7 +89,8 @@ struct DecodeWorkspace {
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
   int64_t *gcnt;
-  size_t gcnt_bytes;
+  int32_t *done;
+  size_t gcnt_bytes;  // gcnt and done
   int32_t splits;
   size_t total_bytes;
 };
@@ -106,11 +109,11 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
                             align256(rows * splits * 4),
                             align256(rows * splits * 4),
                             align256(groups * 4),
-                            align256(groups * 5 * 8),
+                            align256(groups * 5 * 8 + static_cast<size_t>(c.batch) * 4),
                             0};
   DecodeWorkspace w{};
   w.splits = splits;
-  w.gcnt_bytes = groups * 5 * 8;
+  w.gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4;
   size_t off[11];
   size_t total = 0;
   for (int i = 0; i < 11; ++i) {
@@ -130,6 +133,7 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
     w.part_tl = reinterpret_cast<float *>(c0 + off[7]);
     w.flag = reinterpret_cast<int32_t *>(c0 + off[8]);
     w.gcnt = reinterpret_cast<int64_t *>(c0 + off[9]);
+    w.done = reinterpret_cast<int32_t *>(w.gcnt + groups * 5);
   }
   return w;
 }
