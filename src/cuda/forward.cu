@@ -955,20 +955,18 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-// Which forward kernel runs. Default: v1.2 (persistent). On the H200 (CUDA graphs) v1.2 was
-// 3-24% faster than v1.1 on every causal benchmark shape (its longest-first tile walk keeps
-// the SMs busy through the short diagonal tiles) and, in the order before the chunks, 2-6%
-// slower on four of six non-causal ones; with the chunked tile order (tile_order.cuh) it is
-// 1.00-1.12x v1.1 non-causal on four of the six ((16, 1024, 32/8, 128): 479 -> 537 TFLOP/s)
-// and 0.97-0.99x on two (notes/training_kernels.md, session 5). FOLD_FWD_VARIANT overrides: "v1"
-// (the previous kernel), "v1.1", "v1.1-nopp" (v1.1 without the ping-pong turns, to time the two
-// overlaps apart) or "v1.2". Read at every call (a host getenv; graph capture records
-// whichever kernel the captured call launched). All give the same bits (same tiles, same order
-// of operations), and the choice depends on the problem's options, never on the batch.
+// Which forward kernel runs. Default: v1.2 (persistent) when causal, v1.1 otherwise: on the
+// H200 (CUDA graphs, session 3) v1.2 was 3-24% faster on every causal benchmark shape (its
+// longest-first tile walk keeps the SMs busy through the short diagonal tiles) and 2-6% slower
+// on four of six non-causal ones. FOLD_FWD_VARIANT overrides: "v1" (the previous kernel),
+// "v1.1", "v1.1-nopp" (v1.1 without the ping-pong turns, to time the two overlaps apart) or
+// "v1.2". Read at every call (a host getenv; graph capture records whichever kernel the
+// captured call launched). All give the same bits (same tiles, same order of operations),
+// and the choice depends on the problem's options, never on the batch.
 enum class Variant { kV1, kV11, kV11NoPingPong, kV12 };
 Variant forward_variant(const fold_attn_problem_t &p) {
   const char *env = std::getenv("FOLD_FWD_VARIANT");
-  if (env == nullptr || env[0] == '\0') return Variant::kV12;
+  if (env == nullptr || env[0] == '\0') return p.causal ? Variant::kV12 : Variant::kV11;
   const std::string v(env);
   if (v == "v1" || v == "1") return Variant::kV1;
   if (v == "v1.1" || v == "1.1") return Variant::kV11;
@@ -997,8 +995,13 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
   int64_t target =
       uniform ? (2 * sm_count() + q_blocks - 1) / std::max<int64_t>(q_blocks, 1) : n_units * group;
   if (const char *env = std::getenv("FOLD_FWD_HB_CHUNK"); env != nullptr && env[0] != '\0') {
-    const long long n = std::atoll(env);
-    target = n > 0 ? n : n_units * group;
+    char *end = nullptr;
+    const long long n = std::strtoll(env, &end, 10);
+    if (*end != '\0' || n < 0)
+      fail(FOLD_ERR_INVALID_ARGUMENT, std::string("FOLD_FWD_HB_CHUNK=") + env +
+                                          ": expected 0 (one chunk) or a positive integer");
+    // Clamped before the rounding below, so that no value can overflow it.
+    target = n > 0 ? std::min<long long>(n, n_units * group) : n_units * group;
   }
   target = std::clamp<int64_t>((target + group - 1) / group, 1, std::max<int64_t>(n_units, 1));
   const int64_t n_chunks = (n_units + target - 1) / target;
