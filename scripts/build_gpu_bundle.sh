@@ -9,7 +9,14 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFOLD_ENABLE_CUDA=ON
   -DFOLD_PTXAS_VERBOSE=ON -DFOLD_BUILD_TESTS=ON >/dev/null
 # Resource report of every kernel: rebuild the CUDA objects so ptxas prints it.
 find "$build" -name '*.cu.o' -delete
-cmake --build "$build" -j"$(nproc)" 2>&1 | tee "$build/build.log" | grep -E "error|warning" || true
+# A failed build must stop here: copying the previous build's library on would label a stale
+# library with this commit.
+if ! cmake --build "$build" -j"$(nproc)" >"$build/build.log" 2>&1; then
+  grep -E "error|warning" "$build/build.log" | head -40
+  echo "build failed: no bundle (full log: $build/build.log)" >&2
+  exit 1
+fi
+grep -E "error|warning" "$build/build.log" || true
 mkdir -p .gpu
 grep -E "ptxas info|bytes stack|spill" "$build/build.log" >.gpu/ptxas.txt || true
 cp "$build"/libfold_attention.so.0.1.0 .gpu/libfold_attention.so

@@ -4,12 +4,12 @@ full, on the benchmark's shapes. Warm L2, eager, median of 10: a quick look, not
 protocol. The backward includes preprocess, grid memset and postprocess. Also checks that
 every variant gives the bits (dq, dk, dv) of the first one on each shape.
 
-    python3 scripts/time_backward_variants.py [--graph] [variant ...]   (default: v1 v1.1)
+    python3 scripts/time_backward_variants.py [variant ...]   (default: v1 v1.1)
 
 A variant is a FOLD_BWD_VARIANT value, "default" (nothing set), or NAME=VALUE for another
 setting read at every call (FOLD_BWD_HB_CHUNK=n: the CTA chunk target), set alone.
---graph: each backward is captured once in a CUDA graph and the replays timed (kernel time,
-no host wrapper; SDPA too, eager if its capture fails).
+(No graphed mode: a backward alone cannot be captured on a side stream while its forward ran
+on another, and a silent fallback to eager once mislabelled eager timings as graphed.)
 
 ("v1.1" is not a value the library knows: any value other than v1 is the default, v1.1's
 CTA order; v1 is v1's order. For A/B builds, any label is set as FOLD_BWD_VARIANT.)
@@ -22,7 +22,6 @@ import torch.nn.functional as F
 
 import fold_attention as fa
 from quick_timing import SHAPES, timed  # scripts/ is on sys.path when run as a script
-from time_forward_variants import timed_graph
 
 SETTINGS = ("FOLD_BWD_VARIANT", "FOLD_BWD_HB_CHUNK")
 
@@ -37,24 +36,13 @@ def select(var):
         raise SystemExit(f"unknown setting {name}: expected one of {SETTINGS}")
     os.environ[name] = value
 
+
 def bits(t):
     return t.view(torch.int16)
 
 
 def main():
-    args = sys.argv[1:]
-    use_graph = "--graph" in args
-    args = [a for a in args if a != "--graph"]
-    variants = args or ["v1", "v1.1"]
-
-    def timer(fn):
-        if not use_graph:
-            return timed(fn)
-        try:
-            return timed_graph(fn)
-        except RuntimeError:
-            return timed(fn)
-
+    variants = sys.argv[1:] or ["v1", "v1.1"]
     torch.manual_seed(0)
     cols = variants + ["sdpa"]
     print("shape causal | " + " | ".join(f"{c} ms TFLOP/s" for c in cols) + " | sdpa/best")
@@ -85,14 +73,14 @@ def main():
                     for name, a, b in zip(("dq", "dk", "dv"), grads, first):
                         if not torch.equal(bits(a), bits(b)):
                             print(f"  BITS DIFFER: {var} vs {variants[0]} {name}")
-                res[var] = timer(run)
+                res[var] = timed(run)
             select("default")
             sout = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
             def sdpa():
                 torch.autograd.grad(sout, (qt, kt, vt), dt, retain_graph=True)
 
-            res["sdpa"] = timer(sdpa)
+            res["sdpa"] = timed(sdpa)
             del sout, out
             best = min(res[v_] for v_ in variants)
             cells = " | ".join(f"{res[c] * 1e3:.3f} {flops / res[c] / 1e12:.0f}" for c in cols)
