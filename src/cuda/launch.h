@@ -139,7 +139,7 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
 }
 
 // Cache writer: n_tokens rows of k, v (token_stride, head_stride) appended to `request`
-// (device-side length). Three kernels, no host read of device memory.
+// (device-side length). Two kernels (three for v8 V planes), no host read of device memory.
 void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream);
 
