@@ -401,36 +401,65 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
                 _assert_bits(a_lse, b_lse, f"{variant} vs v1 {kind} lse (causal={causal})")
 
 
+def _fwd_on_poison(q, k, v, causal, cu=None):
+    """_fwd with NaN in the memory the outputs will get (blocks of their sizes filled and
+    freed just before, which the caching allocator hands back): a tile the kernel skipped
+    then shows as NaN instead of as the bits an earlier call left there."""
+    total = q.shape[0] if cu is not None else q.shape[0] * q.shape[1]
+    junk = (torch.full_like(q, float("nan")),
+            torch.full((q.shape[-2], total), float("nan"), device=q.device))
+    del junk
+    return _fwd(q, k, v, causal, cu)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_tile_order_chunks_keep_bits(causal, monkeypatch):
     """FOLD_FWD_HB_CHUNK sets the forward's tile order (chunks of (request, head) pairs,
-    tile_order.cuh): 0 = the order before the chunks (query block slowest over the whole
-    batch), 1 = one KV head's group per chunk, 3 = not a multiple of the group (rounded up),
-    unset = the default. Scheduling only: every order gives the default's bits, for both
-    kernels (v1.1 and the persistent v1.2, also with 3 CTAs walking the chunks), with an
-    empty request, idle tiles and a short last chunk."""
+    tile_order.cuh, in units of a KV head's group of 4 query heads here): 0 = one chunk (the
+    order before the chunks), 1 = one group per chunk, 5 / 9 / 13 = 2 / 3 / 4 groups (the last
+    chunk short), unset = the default (non-causal dense: two chunks of two waves each at
+    12 x 2 groups of 3 query blocks). Scheduling only: every order gives v1's bits (v1 has no
+    tile order), for v1.1 and the persistent v1.2 (also with 3 CTAs walking the chunks), with
+    an empty request, idle tiles and NaN left in the outputs' memory beforehand."""
     dtype, D = torch.bfloat16, 128
     lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64], 8, 2
     T = sum(lengths)
     q, k, v = (_randn((T, h, D), dtype, 170 + i) for i, h in enumerate((H, Hkv, Hkv)))
     cu = _cu(lengths)
-    dense = [_randn((5, 300, h, D), dtype, 180 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    dense = [_randn((12, 300, h, D), dtype, 180 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    monkeypatch.setenv("FOLD_FWD_VARIANT", "v1")
     expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+    monkeypatch.delenv("FOLD_FWD_VARIANT")
     for variant in ("", "v1.1", "v1.2", "v1.2/3"):
         name, _, ctas = variant.partition("/")
-        for chunk in ("0", "1", "3", "5"):
+        for chunk in ("", "0", "1", "5", "9", "13"):
+            for setting in ("FOLD_FWD_VARIANT", "FOLD_FWD_CTAS", "FOLD_FWD_HB_CHUNK"):
+                monkeypatch.delenv(setting, raising=False)
             if name:
                 monkeypatch.setenv("FOLD_FWD_VARIANT", name)
             if ctas:
                 monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
-            monkeypatch.setenv("FOLD_FWD_HB_CHUNK", chunk)
-            got = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
-            for setting in ("FOLD_FWD_VARIANT", "FOLD_FWD_CTAS", "FOLD_FWD_HB_CHUNK"):
-                monkeypatch.delenv(setting, raising=False)
+            if chunk:
+                monkeypatch.setenv("FOLD_FWD_HB_CHUNK", chunk)
+            got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
             for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
-                what = f"{variant or 'default'} chunk {chunk} {kind} (causal={causal})"
+                what = f"{variant or 'default'} chunk {chunk or 'default'} {kind} (causal={causal})"
                 _assert_bits(a_out, b_out, f"{what} out")
                 _assert_bits(a_lse, b_lse, f"{what} lse")
+
+
+def test_forward_tile_order_setting_is_checked(monkeypatch):
+    """FOLD_FWD_HB_CHUNK must be 0 or a positive integer: anything else is refused with a
+    message naming it (not read as some order); a huge value is one chunk, not an overflow."""
+    q, k, v = (_randn((1, 64, h, 64), torch.bfloat16, 190 + i) for i, h in enumerate((2, 1, 1)))
+    expect = _fwd(q, k, v, False)
+    for bad in ("x", "-1", "3x"):
+        monkeypatch.setenv("FOLD_FWD_HB_CHUNK", bad)
+        with pytest.raises(ValueError, match="FOLD_FWD_HB_CHUNK"):
+            _fwd(q, k, v, False)
+    monkeypatch.setenv("FOLD_FWD_HB_CHUNK", "9223372036854775807")
+    got = _fwd(q, k, v, False)
+    _assert_bits(expect[0], got[0], "huge chunk out")
 
 
 @pytest.mark.parametrize("ctas", ["", "2"])
