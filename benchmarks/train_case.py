@@ -119,7 +119,7 @@ def train_suite(suite: str, mode: str, argv=None, doc: str = ""):
     shapes = {"quick": training.QUICK_SHAPES, "full": training.FULL_SHAPES, "issue": training.ISSUE_SHAPES}[which]
     mix = training.ISSUE_VARLEN_MIX if which == "issue" else training.VARLEN_MIX
     if dev.DRY:
-        shapes = training.DRY_SHAPES
+        shapes, mix = training.DRY_SHAPES, training.DRY_VARLEN
     masks = {"causal": [True], "full": [False], "both": [True, False]}[args.masks]
     flex_mode = args.flex or ("first" if args.quick else "all")
     work = [("dense", s, c) for s in shapes for c in masks]
@@ -138,8 +138,7 @@ def train_suite(suite: str, mode: str, argv=None, doc: str = ""):
             if kind == "dense":
                 p = training.make_problem(spec, causal=causal)
             elif dev.DRY:
-                p = training.make_problem(None, causal=causal, varlen=training.DRY_VARLEN,
-                                          heads=training.DRY_VARLEN_HEADS)
+                p = training.make_problem(None, causal=causal, varlen=spec, heads=training.DRY_VARLEN_HEADS)
             else:
                 p = training.make_problem(None, causal=causal, varlen=spec, heads=training.VARLEN_HEADS)
             want_flex = flex_mode == "all" or (flex_mode == "first" and i == 0)

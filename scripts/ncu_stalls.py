@@ -11,10 +11,15 @@ import sys
 
 
 def rows(path):
-    raw = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
-    lines = raw.read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"Address"'))
-    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as raw:
+        lines = raw.read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
+    if start is None:
+        raise SystemExit(f"{path}: no SASS source table (expected ncu --page source --csv output)")
+    data = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    if not data:
+        raise SystemExit(f"{path}: the source table is empty")
+    return data
 
 
 def num(x):
