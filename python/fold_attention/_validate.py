@@ -161,6 +161,13 @@ def _compiling() -> bool:
     return bool(compiler is not None and compiler.is_compiling())
 
 
+def _no_host_reads(device: torch.device) -> bool:
+    """Tracing under torch.compile, or capturing a CUDA graph on the current stream: device
+    values (cu_seqlens) cannot be read on the host. (is_compiling first: dynamo cannot
+    trace is_current_stream_capturing, and never has to.)"""
+    return _compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
 def _check_dim(x: torch.Tensor, name: str, ndim: int, layout: str, fn: str) -> None:
     if x.dim() != ndim:
         raise ValueError(
@@ -242,9 +249,10 @@ def validate_attention(
     if H > _INT32_MAX:
         raise ValueError(f"{fn}: {qn} has too many heads ({H})")
 
-    if varlen and _compiling():
-        # Under torch.compile the offsets are not readable on the host, so the longest
-        # request is not known while tracing, and a caller's max_seqlen cannot be checked.
+    if varlen and _no_host_reads(q.device):
+        # Under torch.compile or a CUDA-graph capture the offsets are not readable on the host
+        # (and a replay may run with other offsets), so the longest request is not known and a
+        # caller's max_seqlen cannot be checked.
         # The packed length bounds every request: the kernels are launched for that many
         # query/key blocks per request (blocks past a request's end exit at once; they clamp
         # cu_seqlens on the device), which costs idle blocks, never a wrong or missing row.

@@ -259,6 +259,10 @@ def fold_attn_varlen_func(
         cu_seqlens: int32 (batch + 1,), on q's device: 0, then non-decreasing offsets
             ending at total_tokens. Empty sequences are allowed.
         max_seqlen: optional upper bound on the sequence lengths (checked, else computed).
+            Under torch.compile or while a CUDA graph is captured the offsets cannot be
+            read on the host: the packed length then bounds every sequence (always correct,
+            also for other offsets at replay, but the kernels launch idle blocks for it), and
+            the offsets' values are not validated (the kernels clamp them on the device).
         causal, softmax_scale: as in fold_attn_func.
         return_lse: also return the LSE, float32 (n_heads, total_tokens), not
             differentiable.

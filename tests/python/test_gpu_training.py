@@ -491,6 +491,38 @@ def test_forward_v12_graph_capture(ctas, monkeypatch):
         _assert_bits(expect[1], lse, f"graph replay {rep} lse")
 
 
+def test_varlen_forward_backward_graph_capture_replays_new_offsets():
+    """fold_attn_varlen_func under CUDA-graph capture (no host read of cu_seqlens: the
+    packed length bounds the grid): a replay gives the eager bits, and a replay after new
+    offsets are copied into the captured cu_seqlens gives the eager bits of those."""
+    dtype, H, Hkv, D = torch.bfloat16, 4, 2, 64
+    T = 400
+    q, k, v, dout = (_randn((T, h, D), dtype, 210 + i) for i, h in enumerate((H, Hkv, Hkv, H)))
+    offsets = ([0, 7, 7, 250, 251, 400], [0, 128, 129, 300, 399, 400])
+    expect = [_fold(q, k, v, dout, True, _cu(list(torch.tensor(o).diff().tolist())))
+              for o in offsets]
+    cu = torch.tensor(offsets[0], dtype=torch.int32, device="cuda")
+    qg, kg, vg = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    static_dout = dout.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture
+        fa.fold_attn_varlen_func(qg, kg, vg, cu, causal=True).backward(static_dout)
+    torch.cuda.current_stream().wait_stream(s)
+    qg.grad = kg.grad = vg.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = fa.fold_attn_varlen_func(qg, kg, vg, cu, causal=True, return_lse=True)
+        out.backward(static_dout)
+    for o, want in zip(offsets, expect):
+        cu.copy_(torch.tensor(o, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        got = (out, lse, qg.grad, kg.grad, vg.grad)
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), want, got):
+            _assert_bits(a, b, f"replay with offsets {o}: {name}")
+
+
 def test_runs_on_current_stream_and_graph_capture():
     """The ops run on torch's current stream; the backward replays in a CUDA graph."""
     dtype, B, S, H, Hkv, D = torch.bfloat16, 2, 150, 4, 2, 64
