@@ -1,5 +1,7 @@
 """What the quick timing scripts share (scripts/time_*.py; not the benchmark protocol): the
-benchmark's training shapes and an eager, warm-L2 median timer."""
+benchmark's training shapes, an eager, warm-L2 median timer and the settings selector."""
+import os
+
 import torch
 
 SHAPES = [  # (B, S, H, Hkv, D): the training benchmark's shapes
@@ -26,3 +28,17 @@ def timed(fn, iters=10, warmup=3):
         times.append(start.elapsed_time(end) / 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def select_setting(label, settings):
+    """Clears every environment setting in `settings` (names the library reads at each
+    call), then applies `label`: "default" = nothing set, NAME=VALUE = that setting (NAME
+    must be in `settings`), anything else = the value of settings[0]."""
+    for name in settings:
+        os.environ.pop(name, None)
+    if label == "default":
+        return
+    name, value = label.split("=", 1) if "=" in label else (settings[0], label)
+    if name not in settings:
+        raise SystemExit(f"unknown setting {name}: expected one of {settings}")
+    os.environ[name] = value

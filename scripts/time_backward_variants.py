@@ -14,27 +14,19 @@ on another, and a silent fallback to eager once mislabelled eager timings as gra
 ("v1.1" is not a value the library knows: any value other than v1 is the default, v1.1's
 CTA order; v1 is v1's order. For A/B builds, any label is set as FOLD_BWD_VARIANT.)
 """
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from quick_timing import SHAPES, timed  # scripts/ is on sys.path when run as a script
+from quick_timing import SHAPES, select_setting, timed  # scripts/ is on sys.path when run as a script
 
 SETTINGS = ("FOLD_BWD_VARIANT", "FOLD_BWD_HB_CHUNK")
 
 
 def select(var):
-    for name in SETTINGS:
-        os.environ.pop(name, None)
-    if var == "default":
-        return
-    name, value = var.split("=", 1) if "=" in var else ("FOLD_BWD_VARIANT", var)
-    if name not in SETTINGS:
-        raise SystemExit(f"unknown setting {name}: expected one of {SETTINGS}")
-    os.environ[name] = value
+    select_setting(var, SETTINGS)
 
 
 def bits(t):

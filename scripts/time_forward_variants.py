@@ -15,14 +15,13 @@ the replays are timed (mean of 20 back-to-back replays, median of 5), so the Pyt
 wrapper's per-call host time (allocations, validation, ctypes), which the eager timing puts
 between the start event and the launch, is left out: kernel time, for both fold and SDPA.
 """
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from quick_timing import SHAPES, timed  # scripts/ is on sys.path when run as a script
+from quick_timing import SHAPES, select_setting, timed  # scripts/ is on sys.path when run as a script
 
 def timed_graph(fn, reps=20, rounds=5):
     side = torch.cuda.Stream()
@@ -52,14 +51,7 @@ SETTINGS = ("FOLD_FWD_VARIANT", "FOLD_FWD_HB_CHUNK")
 
 
 def select(var):
-    for name in SETTINGS:
-        os.environ.pop(name, None)
-    if var == "default":
-        return
-    name, value = var.split("=", 1) if "=" in var else ("FOLD_FWD_VARIANT", var)
-    if name not in SETTINGS:
-        raise SystemExit(f"unknown setting {name}: expected one of {SETTINGS}")
-    os.environ[name] = value
+    select_setting(var, SETTINGS)
 
 
 def main():
