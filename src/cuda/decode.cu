@@ -696,6 +696,23 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
+// The four integer dots of row block rb against the lane's two keys (both split kernels):
+// ca = q planes x key plane A, cb = q planes x key plane B, over the NP register pieces of
+// the key (qfrag: the q planes as A fragments, [rb][slice][lane]).
+template <int NP>
+__device__ __forceinline__ void fine_dots(const uint4 *qfrag, int rb, int lane, const int4 *ka,
+                                          const int4 *kb, int32_t ca[4], int32_t cb[4]) {
+#pragma unroll
+  for (int i = 0; i < NP; ++i) {
+    const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
+    const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
+    mma_s8(ca, a0, ka[i].x, ka[i].y);
+    mma_s8(ca, a1, ka[i].z, ka[i].w);
+    mma_s8(cb, a0, kb[i].x, kb[i].y);
+    mma_s8(cb, a1, kb[i].z, kb[i].w);
+  }
+}
+
 // Value formats of the stage rows: bf16 / fp16 V (2 D bytes), or v8 planes A | B (D + D).
 enum ValueFormat { kVBf16 = 0, kVF16 = 1, kVV8 = 2 };
 
@@ -1093,17 +1110,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     }
     for (int rb = 0; rb < nrb; ++rb) {
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
-      if (any_refine) {
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
-          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
-          mma_s8(ca, a0, ka[i].x, ka[i].y);
-          mma_s8(ca, a1, ka[i].z, ka[i].w);
-          mma_s8(cb, a0, kb[i].x, kb[i].y);
-          mma_s8(cb, a1, kb[i].z, kb[i].w);
-        }
-      }
+      if (any_refine) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
       if (r < G) {
 #pragma unroll
@@ -1411,17 +1418,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
     for (int rb = 0; rb < nrb; ++rb) {
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
-      if (any_present) {
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          const uint4 a0 = qfrag[(rb * 2 * NP + 2 * i) * 32 + lane];
-          const uint4 a1 = qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane];
-          mma_s8(ca, a0, ka[i].x, ka[i].y);
-          mma_s8(ca, a1, ka[i].z, ka[i].w);
-          mma_s8(cb, a0, kb[i].x, kb[i].y);
-          mma_s8(cb, a1, kb[i].z, kb[i].w);
-        }
-      }
+      if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
       if (r < G) {
 #pragma unroll
