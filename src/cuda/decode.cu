@@ -696,6 +696,28 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
+// A split's read statistics: pass 0 into its group's counters (decode_fixup_z_kernel adds them
+// once the guard's verdict is final), pass 1 (recomputed groups) straight into `stats`.
+__device__ __forceinline__ void add_split_stats(const fold_kvcache_t &c, const Ws &ws,
+                                                int64_t *stats, int pass, int b, int hk,
+                                                int64_t keys, int64_t live, int64_t ref,
+                                                int64_t vref, int64_t bytes) {
+  if (pass == 0) {
+    unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
+    stat_add(gc + 0, keys);
+    stat_add(gc + 1, live);
+    stat_add(gc + 2, ref);
+    stat_add(gc + 3, vref);
+    stat_add(gc + 4, bytes);
+  } else {
+    stat_add(stat_ptr(stats, kKeys), keys);
+    stat_add(stat_ptr(stats, kLive), live);
+    stat_add(stat_ptr(stats, kRefine), ref);
+    stat_add(stat_ptr(stats, kVRefine), vref);
+    stat_add(stat_ptr(stats, kBytes), bytes);
+  }
+}
+
 // The four integer dots of row block rb against the lane's two keys (both split kernels):
 // ca = q planes x key plane A, cb = q planes x key plane B, over the NP register pieces of
 // the key (qfrag: the q planes as A fragments, [rb][slice][lane]).
@@ -1253,20 +1275,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
                           static_cast<int64_t>(s_live) * vbytes + static_cast<int64_t>(s_ref) * D +
                           static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
-    if (pass == 0) {
-      unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
-      stat_add(gc + 0, s_keys);
-      stat_add(gc + 1, s_live);
-      stat_add(gc + 2, s_ref);
-      stat_add(gc + 3, s_vref);
-      stat_add(gc + 4, bytes);
-    } else {
-      stat_add(stat_ptr(stats, kKeys), s_keys);
-      stat_add(stat_ptr(stats, kLive), s_live);
-      stat_add(stat_ptr(stats, kRefine), s_ref);
-      stat_add(stat_ptr(stats, kVRefine), s_vref);
-      stat_add(stat_ptr(stats, kBytes), bytes);
-    }
+    add_split_stats(c, ws, stats, pass, b, hk, s_keys, s_live, s_ref, s_vref, bytes);
   }
   pdl_trigger();
 }
@@ -1477,18 +1486,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
   if (tid == 0) {
     const int64_t keys = s1 - s0;
     const int64_t bytes = keys * (D + 2) + keys * 2 * D + keys * D;
-    if (pass == 0) {
-      unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
-      stat_add(gc + 0, keys);
-      stat_add(gc + 1, keys);
-      stat_add(gc + 2, keys);
-      stat_add(gc + 4, bytes);
-    } else {
-      stat_add(stat_ptr(stats, kKeys), keys);
-      stat_add(stat_ptr(stats, kLive), keys);
-      stat_add(stat_ptr(stats, kRefine), keys);
-      stat_add(stat_ptr(stats, kBytes), bytes);
-    }
+    add_split_stats(c, ws, stats, pass, b, hk, keys, keys, keys, 0, bytes);
   }
   pdl_trigger();
 }
