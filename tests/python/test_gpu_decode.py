@@ -176,21 +176,30 @@ def test_decode_matches_cpu_ragged(cfg):
     _assert_same_cache(cpu, gpu)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
-def test_decode_matches_cpu_bitwise(cfg):
-    # The CUDA front, split and combine against the CPU reference: outputs, LSE and read
-    # statistics bit for bit, on ragged lengths (empty, 1, partial chunks and splits).
-    dtype, D, Hkv, G, depth, v8 = cfg
-    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
-    B = len(lengths)
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=5, dtype=dtype)
-    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=depth, v8=v8, page_size=128, dtype=dtype)
-    _fill((cpu, gpu), k, v, lengths, chunks=2)
+RAGGED = [0, 1, 63, None, 513, 1300, 64, 2049]  # empty, 1, partial chunks and splits, free
+
+
+def _ragged_step_matches_cpu(dtype, D, Hkv, G, seed, max_len=2100, **cache_kw):
+    """A CPU / CUDA cache pair filled with RAGGED lengths; one step's output, LSE and read
+    statistics bit for bit. Returns the pair and the step's q for more steps."""
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, max_len, page_size=128, dtype=dtype, **cache_kw)
+    _fill((cpu, gpu), k, v, RAGGED, chunks=2)
     oc, lc, sc = _step(cpu, q)
     og, lg, sg = _step(gpu, q)
     assert torch.equal(_bits(oc), _bits(og))
     assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
     assert sc == sg, (sc, sg)
+    return cpu, gpu, q
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
+def test_decode_matches_cpu_bitwise(cfg):
+    # The CUDA front, split and combine against the CPU reference: outputs, LSE and read
+    # statistics bit for bit, on ragged lengths (empty, 1, partial chunks and splits).
+    dtype, D, Hkv, G, depth, v8 = cfg
+    _ragged_step_matches_cpu(dtype, D, Hkv, G, 5, depth=depth, v8=v8)
 
 
 @pytest.mark.parametrize(
@@ -202,16 +211,7 @@ def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, ring, monkeypatch):
     # selects the plain split kernel. Both give the CPU reference's bits, on ragged lengths
     # (partial chunks and splits, empty requests).
     monkeypatch.setenv("FOLD_DECODE_RING", ring)
-    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
-    B = len(lengths)
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=6, dtype=dtype)
-    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, depth=None, page_size=128, dtype=dtype)
-    _fill((cpu, gpu), k, v, lengths, chunks=2)
-    oc, lc, sc = _step(cpu, q)
-    og, lg, sg = _step(gpu, q)
-    assert torch.equal(_bits(oc), _bits(og))
-    assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
-    assert sc == sg, (sc, sg)
+    _ragged_step_matches_cpu(dtype, D, Hkv, G, 6, depth=None)
 
 
 @pytest.mark.parametrize("pdl", ["1", "0"])
@@ -220,15 +220,8 @@ def test_decode_pdl_matches_cpu_bitwise(depth, pdl, monkeypatch):
     # Programmatic dependent launches between the decode kernels (the default; FOLD_DECODE_PDL=0
     # turns them off): the same bits as the CPU, eager and under CUDA-graph replay with an append.
     monkeypatch.setenv("FOLD_DECODE_PDL", pdl)
-    lengths = [0, 1, 63, None, 513, 1300, 64, 2049]
-    B, Hkv, G, D = len(lengths), 2, 4, 128
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=7)
-    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2200, depth=depth, page_size=128)
-    _fill((cpu, gpu), k, v, lengths, chunks=2)
-    oc, lc, sc = _step(cpu, q)
-    og, lg, sg = _step(gpu, q)
-    assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
-    assert sc == sg, (sc, sg)
+    lengths, B, Hkv, G, D = RAGGED, len(RAGGED), 2, 4, 128
+    cpu, gpu, q = _ragged_step_matches_cpu(torch.bfloat16, D, Hkv, G, 7, max_len=2200, depth=depth)
     ks, vs = torch.randn(B, Hkv, D).bfloat16(), torch.randn(B, Hkv, D).bfloat16()
     expected = _step(cpu, q, ks, vs)
     for b, n in enumerate(lengths):
