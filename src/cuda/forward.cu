@@ -955,18 +955,19 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-// Which forward kernel runs. Default: v1.2 (persistent) when causal, v1.1 otherwise: on the
-// H200 (CUDA graphs, session 3) v1.2 was 3-24% faster on every causal benchmark shape (its
-// longest-first tile walk keeps the SMs busy through the short diagonal tiles) and 2-6% slower
-// on four of six non-causal ones. FOLD_FWD_VARIANT overrides: "v1" (the previous kernel),
-// "v1.1", "v1.1-nopp" (v1.1 without the ping-pong turns, to time the two overlaps apart) or
-// "v1.2". Read at every call (a host getenv; graph capture records whichever kernel the
-// captured call launched). All give the same bits (same tiles, same order of operations),
-// and the choice depends on the problem's options, never on the batch.
+// Which forward kernel runs. Default: v1.2 (persistent). On the H200 (CUDA graphs) it was
+// 3-24% faster than v1.1 on every causal benchmark shape (session 3: its longest-first tile
+// walk keeps the SMs busy through the short diagonal tiles) and, with the chunked tile order,
+// -2% to +13% on the training issue's non-causal shapes (session 6, protocol: +1, +2, +5, +5,
+// -2, +13%, varlen +2%; benchmarks/results/session6/round1). FOLD_FWD_VARIANT overrides: "v1"
+// (the previous kernel), "v1.1", "v1.1-nopp" (v1.1 without the ping-pong turns, to time the
+// two overlaps apart) or "v1.2". Read at every call (a host getenv; graph capture records
+// whichever kernel the captured call launched). All give the same bits (same tiles, same
+// order of operations), and the choice never depends on the batch.
 enum class Variant { kV1, kV11, kV11NoPingPong, kV12 };
-Variant forward_variant(const fold_attn_problem_t &p) {
+Variant forward_variant() {
   const char *env = std::getenv("FOLD_FWD_VARIANT");
-  if (env == nullptr || env[0] == '\0') return p.causal ? Variant::kV12 : Variant::kV11;
+  if (env == nullptr || env[0] == '\0') return Variant::kV12;
   const std::string v(env);
   if (v == "v1" || v == "1") return Variant::kV1;
   if (v == "v1.1" || v == "1.1") return Variant::kV11;
@@ -1108,7 +1109,7 @@ void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
   if (p.total_tokens > 0x7fffffff || p.seqlen > 0x7fffffff - 256)
     fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const Variant variant = forward_variant(p);
+  const Variant variant = forward_variant();
   if (p.dtype == FOLD_DTYPE_BF16)
     launch_dim<Bf16>(p, q, k, v, out, lse, stream, variant);
   else
