@@ -84,7 +84,7 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                     {"dout", dout, p->n_heads, false}});
     fold::check_pointer("delta", delta, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
-    fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, stream);
+    fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, stream);
   });
 }
 

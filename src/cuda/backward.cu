@@ -1,6 +1,6 @@
 // Deterministic training backward on the GPU, v0 (ALGORITHMS.md section 5).
 //
-//   1. preprocess (bwd_preprocess.cu): Delta, bounds; the dQ grid is zeroed.
+//   1. preprocess (bwd_preprocess.cu): Delta, bounds, and the dQ grid zeroed on the way.
 //   2. main kernel: one CTA per (key block of backward_plan(D).block_n, KV head, request). It
 //      loops over the group's query heads, then the query blocks that see its key block (all,
 //      or with causal masking those ending after its first key), in that fixed order:
@@ -401,8 +401,9 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const BackwardWorkspace ws = backward_workspace(p, workspace);
-  launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, stream);
-  check(cudaMemsetAsync(ws.dq_grid, 0, ws.dq_grid_bytes, stream), "cudaMemsetAsync(dq grid)");
+  // The preprocess also zeroes the dQ grid rows of every request's tokens (the only rows the
+  // postprocess reads; the main kernels' adds past a request's end are zeros).
+  launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, ws.dq_grid, stream);
   const dim3 post_grid((p.seqlen + kPostRows - 1) / kPostRows, p.n_heads, p.batch);
   // v1 (wgmma, backward_sm90.cu) where it covers the head_dim, v0 otherwise or when the
   // environment has FOLD_BWD_V0=1 (read at every call: for comparisons on the GPU; both are

@@ -8,7 +8,9 @@
 //   - Bounds are maxima of canonicalised |x| bits (float_bits.h): order-free, so the block
 //     reduction and the global atomicMax may run in any order.
 // Memory-bound: it reads dO and O once (and K, V once, by the blocks of the group's first
-// head) and writes Delta once; no shared-memory staging is needed.
+// head) and writes Delta once; no shared-memory staging is needed. In the backward it also
+// zeroes the dQ grid rows of each (token, query head) it reads: the grid's writes overlap the
+// reads in one pass instead of a separate memset before or after it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,7 +70,8 @@ template <class Tag>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     bwd_preprocess_kernel(const fold_attn_problem_t p, const fold_tensor_t k, const fold_tensor_t v,
                           const fold_tensor_t out, const fold_tensor_t dout,
-                          float *__restrict__ delta, uint32_t *__restrict__ bounds) {
+                          float *__restrict__ delta, uint32_t *__restrict__ bounds,
+                          int32_t *__restrict__ dq_grid) {
   __shared__ uint32_t block_bounds[FOLD_BWD_BOUNDS];
   if (threadIdx.x < FOLD_BWD_BOUNDS) block_bounds[threadIdx.x] = 0;
   __syncthreads();
@@ -136,6 +139,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
       const int64_t i = base + s * rows_per_pass + row_in_pass;
+      if (dq_grid != nullptr && i < r.len && has_chunk) {
+        // This lane's 8 columns of grid row (token, head): two 16-byte stores.
+        uint4 *g = reinterpret_cast<uint4 *>(
+            dq_grid + ((r.first + i) * p.n_heads + head) * static_cast<int64_t>(D) +
+            chunk * kChunk);
+        g[0] = make_uint4(0, 0, 0, 0);
+        g[1] = make_uint4(0, 0, 0, 0);
+      }
       if (i < r.len && chunk == 0) {
         const float dl = canonical_nan(dsum);
         delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
@@ -167,7 +178,7 @@ void check(cudaError_t err, const char *what) {
 
 void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
                            fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
-                           void *stream_ptr) {
+                           int32_t *dq_grid, void *stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const size_t bounds_bytes =
       static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
@@ -183,10 +194,10 @@ void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_t
   auto *bound_bits = reinterpret_cast<uint32_t *>(bounds);
   if (p.dtype == FOLD_DTYPE_BF16)
     bwd_preprocess_kernel<Bf16Tag>
-        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits);
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid);
   else
     bwd_preprocess_kernel<F16Tag>
-        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits);
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid);
   check(cudaGetLastError(), "bwd_preprocess_kernel launch");
 }
 

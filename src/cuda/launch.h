@@ -46,9 +46,11 @@ inline BackwardWorkspace backward_workspace(const fold_attn_problem_t &p, void *
   return ws;
 }
 
+// dq_grid: when not null, the rows of every request's tokens are zeroed on the way (the
+// backward's grid); null for the preprocess alone.
 void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
                            fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
-                           void *stream);
+                           int32_t *dq_grid, void *stream);
 
 // v1 (wgmma + TMA, warp-specialised) for every view TMA can describe, else v0 (mma.sync);
 // the choice depends on the views' layouts only (forward.cu).

@@ -11,7 +11,7 @@ namespace {
 }  // namespace
 
 void launch_bwd_preprocess(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
-                           fold_tensor_t, float *, float *, void *) {
+                           fold_tensor_t, float *, float *, int32_t *, void *) {
   no_cuda();
 }
 
