@@ -271,6 +271,38 @@ def test_repeats_are_bit_identical(dtype, D):
             _assert_bits(a, b, f"repeat {name}")
 
 
+def _poison_allocator(nbytes):
+    """Fills blocks of 0x7f bytes and frees them, so that the caching allocator hands that
+    memory to the next allocations (the backward's workspace among them)."""
+    junk = [torch.full((n,), 0x7F, dtype=torch.uint8, device=DEV)
+            for n in (nbytes, nbytes // 2, nbytes // 4)]
+    del junk
+
+
+@pytest.mark.parametrize("D", DIMS)
+def test_backward_on_dirty_memory_equals_clean(D):
+    """The dQ grid is zeroed by the preprocess, not by a memset of the workspace: a backward
+    whose workspace comes from memory full of 0x7f bytes (2139062143 in every int32 grid
+    word, were a row not zeroed) gives the bits of one run on emptied memory; dense and varlen
+    (an empty request, one-token and partial-block requests), causal and full."""
+    dtype = torch.bfloat16
+    lengths, H, Hkv = [700, 0, 129, 64, 1], 8, 2
+    T = sum(lengths)
+    packed = [_randn((T, h, D), dtype, 190 + i) for i, h in enumerate((H, Hkv, Hkv, H))]
+    dense = _dense_case(dtype, 2, 300, H, Hkv, D, 200)
+    grid_bytes = 4 * max(T, 600) * H * D  # the larger of the two problems' int32 grids
+    for causal in (False, True):
+        torch.cuda.empty_cache()
+        expect = (_fold(*packed, causal, _cu(lengths)), _fold(*dense, causal))
+        got = []
+        for case, cu in ((packed, _cu(lengths)), (dense, None)):
+            _poison_allocator(4 * grid_bytes)
+            got.append(_fold(*case, causal, cu))
+        for kind, a, b in zip(("varlen", "dense"), expect, got):
+            for name, x, y in zip(("out", "lse", "dq", "dk", "dv"), a, b):
+                _assert_bits(x, y, f"{kind} {name} on dirty memory (causal={causal})")
+
+
 def _dense_case(dtype, B, S, H, Hkv, D, seed):
     return (_randn((B, S, H, D), dtype, seed), _randn((B, S, Hkv, D), dtype, seed + 1),
             _randn((B, S, Hkv, D), dtype, seed + 2), _randn((B, S, H, D), dtype, seed + 3))
