@@ -23,7 +23,6 @@ struct BackwardWorkspace {
   float *delta;
   float *bounds;
   int32_t *dq_grid;
-  size_t dq_grid_bytes;
   size_t total_bytes;
 };
 
@@ -35,7 +34,7 @@ inline BackwardWorkspace backward_workspace(const fold_attn_problem_t &p, void *
   const size_t bounds_bytes =
       align256(static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * 4);
   const size_t grid_bytes = static_cast<size_t>(p.total_tokens) * p.n_heads * p.head_dim * 4;
-  BackwardWorkspace ws{nullptr, nullptr, nullptr, grid_bytes,
+  BackwardWorkspace ws{nullptr, nullptr, nullptr,
                        delta_bytes + bounds_bytes + align256(grid_bytes)};
   if (base != nullptr) {  // (no pointer arithmetic on NULL when only the size is asked)
     char *c = static_cast<char *>(base);
