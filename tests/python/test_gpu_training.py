@@ -271,14 +271,6 @@ def test_repeats_are_bit_identical(dtype, D):
             _assert_bits(a, b, f"repeat {name}")
 
 
-def _poison_allocator(nbytes):
-    """Fills blocks of 0x7f bytes and frees them, so that the caching allocator hands that
-    memory to the next allocations (the backward's workspace among them)."""
-    junk = [torch.full((n,), 0x7F, dtype=torch.uint8, device=DEV)
-            for n in (nbytes, nbytes // 2, nbytes // 4)]
-    del junk
-
-
 @pytest.mark.parametrize("D", DIMS)
 def test_backward_on_dirty_memory_equals_clean(D):
     """The dQ grid is zeroed by the preprocess, not by a memset of the workspace: a backward
@@ -296,7 +288,7 @@ def test_backward_on_dirty_memory_equals_clean(D):
         expect = (_fold(*packed, causal, _cu(lengths)), _fold(*dense, causal))
         got = []
         for case, cu in ((packed, _cu(lengths)), (dense, None)):
-            _poison_allocator(4 * grid_bytes)
+            _poison_allocator(4 * grid_bytes, 2 * grid_bytes, grid_bytes, byte=0x7F)
             got.append(_fold(*case, causal, cu))
         for kind, a, b in zip(("varlen", "dense"), expect, got):
             for name, x, y in zip(("out", "lse", "dq", "dk", "dv"), a, b):
@@ -433,14 +425,19 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
                 _assert_bits(a_lse, b_lse, f"{variant} vs v1 {kind} lse (causal={causal})")
 
 
+def _poison_allocator(*sizes, byte=0xFF):
+    """Fills blocks of these byte sizes with `byte` and frees them, so that the caching
+    allocator hands that memory to the next allocations (0xff: NaN in every float format)."""
+    junk = [torch.full((n,), byte, dtype=torch.uint8, device=DEV) for n in sizes]
+    del junk
+
+
 def _fwd_on_poison(q, k, v, causal, cu=None):
     """_fwd with NaN in the memory the outputs will get (blocks of their sizes filled and
     freed just before, which the caching allocator hands back): a tile the kernel skipped
     then shows as NaN instead of as the bits an earlier call left there."""
     total = q.shape[0] if cu is not None else q.shape[0] * q.shape[1]
-    junk = (torch.full_like(q, float("nan")),
-            torch.full((q.shape[-2], total), float("nan"), device=q.device))
-    del junk
+    _poison_allocator(q.numel() * q.element_size(), q.shape[-2] * total * 4)  # out, lse
     return _fwd(q, k, v, causal, cu)
 
 
