@@ -220,7 +220,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float ds_scale = exp2i(gs.t);
   const int tid = threadIdx.x;
-  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  // The warpgroup index through a shuffle: the compiler then knows it is uniform in the warp,
+  // so the wgmma descriptors derived from it live in uniform registers (no R2UR per wgmma).
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
 
