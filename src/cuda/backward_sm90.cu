@@ -48,6 +48,7 @@
 #include "core/status.h"
 #include "core/tile_plan.h"
 #include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/warpgroup.cuh"
 #include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
@@ -220,9 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float ds_scale = exp2i(gs.t);
   const int tid = threadIdx.x;
-  // The warpgroup index through a shuffle: the compiler then knows it is uniform in the warp,
-  // so the wgmma descriptors derived from it live in uniform registers (no R2UR per wgmma).
-  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  // Known to the compiler as warp-uniform (a shuffle of lane 0's value), so the wgmma
+  // descriptors derived from it live in uniform registers: tid >> 7 cost an R2UR chain in
+  // front of every wgmma (162 R2UR in the D 128 kernel, 9 now).
+  const int wg = hp::warpgroup_index();
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
