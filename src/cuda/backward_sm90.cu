@@ -47,6 +47,7 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "cuda/hopper/stmatrix.cuh"
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
 #include "cuda/hopper/wgmma.cuh"
@@ -458,16 +459,22 @@ __global__ void __launch_bounds__(kThreads, 1)
             pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
             df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
           }
-          // dS^T into shared memory, [row block][key][64 rows] swizzled (MN-major A of step 4).
+        // dS^T into shared memory, [row block][key][64 rows] swizzled (MN-major A of step 4),
+        // by stmatrix: df[m][x] is this thread's fragment of the 8 x 8 block (keys 64 wg +
+        // 16 warp + 8 (x & 1) + 0..7, rows 8 j .. 8 j + 7 of the sub-block, j = 2 m + (x >> 1));
+        // lane 8 x + rr gives the address of that block's key rr, whose 16-byte chunk j sits
+        // at j ^ (key & 7) = j ^ rr in the key's 128-byte line. (Four stores per thread and
+        // sub-block instead of sixteen, the same bytes at the same places.)
+        {
+          const int x = lane >> 3, rr = lane & 7;
+          const uint32_t line =
+              ds_addr + sub * (kBn * 128) + (64 * wg + 16 * warp + 8 * (x & 1) + rr) * 128;
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int key = key_l + 8 * i, row = 8 * j + 2 * tq;  // row within the sub-block
-            const int off =
-                sub * (kBn * 128) + key * 128 + (((row >> 3) ^ (key & 7)) << 4) + (row & 7) * 2;
-            *reinterpret_cast<uint32_t *>(smem + Cfg::kOffDs + off) = df[j >> 1][(j & 1) * 2 + i];
+          for (int m = 0; m < 4; ++m) {
+            const int j = 2 * m + (x >> 1);
+            hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
           }
+        }
 
         // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
         // apart; the k16 step kk of the sub-block starts at row r0 + 16 kk).
