@@ -221,6 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       grid_scale(bounds + (static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS, D);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float ds_scale = exp2i(gs.t);
+  // The dQ partials' scale onto the grid, 2^(s - t): one multiply where 2^(s - t) is normal.
+  const int dq_k = gs.s - gs.t;
+  const bool dq_one_mul = dq_k >= -126 && dq_k <= 127;
+  const float dq_mul = dq_one_mul ? exp2i(dq_k) : 1.0f;
   const int tid = threadIdx.x;
   // Known to the compiler as warp-uniform (a shuffle of lane 0's value), so the wgmma
   // descriptors derived from it live in uniform registers: tid >> 7 cost an R2UR chain in
@@ -509,16 +513,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         hp::fence_operands(acc);
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
+        const auto convert = [&](auto to_grid) {
 #pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
+          for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
-            int2 units;
-            units.x = __float2int_rn(scale_pow2(acc[4 * j + 2 * i], gs.s - gs.t));
-            units.y = __float2int_rn(scale_pow2(acc[4 * j + 2 * i + 1], gs.s - gs.t));
-            *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
-          }
+            for (int i = 0; i < 2; ++i) {
+              const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
+              int2 units;
+              units.x = __float2int_rn(to_grid(acc[4 * j + 2 * i]));
+              units.y = __float2int_rn(to_grid(acc[4 * j + 2 * i + 1]));
+              *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
+            }
+        };
+        // scale_pow2 (two multiplies, for any exponent) gives the same integers as one
+        // multiply by 2^k whenever 2^k is a normal float: both are exact unless the result
+        // overflows (infinity either way) or falls below 2^-126, which rounds to 0 either way.
+        if (dq_one_mul)
+          convert([&](float x) { return mul_rn(x, dq_mul); });
+        else
+          convert([&](float x) { return scale_pow2(x, dq_k); });
       };
       if (wg == 0)
         dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
