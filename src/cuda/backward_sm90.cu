@@ -93,8 +93,8 @@ struct Sm90Cfg {
   static constexpr int kOffDs = kOffQdo + 4 * kQBytes;
   static constexpr int kOffStage = kOffDs + kDsBytes;
   static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
-  static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [4][256 threads] x 16 B
-  static constexpr int kOffBar = kOffPin + 4 * 256 * 16;   // mbarriers: Q/dO stage i landed
+  static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [256 threads] x 4 B
+  static constexpr int kOffBar = kOffPin + 256 * 4;        // mbarriers: Q/dO stage i landed
   static constexpr int kBytes = kOffBar + 2 * 8;
   static constexpr int kSmemBytes = kBytes + 1024;  // slack to align the base to 1024
   // dQ split over the two warpgroups.
@@ -422,17 +422,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             {
               // ptxas otherwise sinks most of the P work past the wait below (it does not
-              // model the wait's latency). Shared-memory stores of the packed P are not moved
-              // across the wait, so P is finished in front of it and overlaps dP^T's wgmmas.
-              // (The copy itself is never read.)
+              // model the wait's latency). Shared-memory stores are not moved across the wait,
+              // so one word that depends on every packed P (their XOR) is stored in front of
+              // it: P is finished there and overlaps dP^T's wgmmas. (The word is never read;
+              // one 4-byte store per thread instead of the packed P's 64 bytes.)
+              uint32_t fold = 0;
 #pragma unroll
-              for (int k = 0; k < 4; ++k) {
-                const uint4 v = make_uint4(pack2(s[8 * k], s[8 * k + 1], Tag{}),
-                                           pack2(s[8 * k + 2], s[8 * k + 3], Tag{}),
-                                           pack2(s[8 * k + 4], s[8 * k + 5], Tag{}),
-                                           pack2(s[8 * k + 6], s[8 * k + 7], Tag{}));
-                *reinterpret_cast<uint4 *>(smem + Cfg::kOffPin + (k * 256 + tid) * 16) = v;
-              }
+              for (int k = 0; k < 16; ++k) fold ^= pack2(s[2 * k], s[2 * k + 1], Tag{});
+              *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + tid * 4) = fold;
             }
             hp::wait<0>();  // dP^T
             hp::fence_operands(dp);
