@@ -170,8 +170,9 @@ template <int BM>
 __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_problem_t &p,
                                                 const float *lse, const float *delta,
                                                 const Request &r, int64_t q0, int h) {
-  // Threads 64.. take the rows (warps 2-3 when BM = 64), away from the TMA-issuing warps 0-1.
-  for (int i = (threadIdx.x + kThreads - 64) % kThreads; i < BM; i += kThreads) {
+  // BM = 64: threads 64..127 (warps 2-3) take the rows, away from the TMA-issuing warps 0-1.
+  constexpr int kFirst = BM == 64 ? 64 : 0;
+  for (int i = (threadIdx.x + kThreads - kFirst) % kThreads; i < BM; i += kThreads) {
     const bool valid = q0 + i < r.len;
     const int64_t row = static_cast<int64_t>(h) * p.total_tokens + r.first + q0 + i;
     cp_async4(base + 4u * i, valid ? lse + row : lse, valid);
@@ -348,10 +349,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (next_h < (hk + 1) * group) {
           // The other stage is free: the previous pair's wgmmas that read it were retired
           // (step 4's wait) before the barrier above.
-          // Warp 1 issues them while warp 0 issues the previous pair's dQ push, and the
-          // cp.async of lse / Delta go to warps 2-3: the issue work is spread over the warps
-          // of warpgroup 0, whose wgmmas wait for all four.
-          if (tid == 32) issue_qdo(stage ^ 1, next_q0, next_h);
+          // At Bm = 64, warp 1 issues them while warp 0 issues the previous pair's dQ push,
+          // and the cp.async of lse / Delta go to warps 2-3: the issue work is spread over the
+          // warps of warpgroup 0, whose wgmmas wait for all four (D 128: 4-13% faster in an
+          // eager A/B; at Bm = 128, D 64, it was 4-6% slower, so thread 0 keeps it there).
+          if (tid == (kBm == 64 ? 32 : 0)) issue_qdo(stage ^ 1, next_q0, next_h);
           load_rows_stats<kBm>(stats_addr(stage ^ 1), p, lse, delta, r, next_q0, next_h);
           cp_async_commit();
         }
