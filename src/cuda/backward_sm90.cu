@@ -171,8 +171,8 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
                                                 const float *lse, const float *delta,
                                                 const Request &r, int64_t q0, int h) {
   // BM = 64: threads 64..127 (warps 2-3) take the rows, away from the TMA-issuing warps 0-1.
-  constexpr int kFirst = BM == 64 ? 64 : 0;
-  for (int i = (threadIdx.x + kThreads - kFirst) % kThreads; i < BM; i += kThreads) {
+  const int first = BM == 64 ? (threadIdx.x + kThreads - 64) % kThreads : threadIdx.x;
+  for (int i = first; i < BM; i += kThreads) {
     const bool valid = q0 + i < r.len;
     const int64_t row = static_cast<int64_t>(h) * p.total_tokens + r.first + q0 + i;
     cp_async4(base + 4u * i, valid ? lse + row : lse, valid);
