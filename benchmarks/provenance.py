@@ -84,19 +84,27 @@ def _run(cmd: List[str], timeout: float = 10.0) -> Optional[str]:
 def git_commit() -> Dict[str, Any]:
     # The library under test comes from a GPU bundle (scripts/build_gpu_bundle.sh) on a GPU
     # machine, whose copy of the tree may carry a stale .git: the bundle records the commit it
-    # was built at, and that is the one that identifies the code measured.
-    p = os.path.join(REPO_ROOT, ".gpu", "commit")
+    # was built at, and that is the one that identifies the code measured. A library whose
+    # folder holds a `commit` file (.gpu/, or the .gpu-*/ folders of an A/B run) is labelled
+    # by that file; otherwise by git, then by .gpu/commit.
     lib = os.environ.get("FOLD_ATTENTION_LIBRARY", "")
-    from_bundle = bool(lib) and os.path.abspath(lib).startswith(os.path.join(REPO_ROOT, ".gpu") + os.sep)
-    head = None if from_bundle else _run(["git", "rev-parse", "HEAD"])
-    if head:
-        status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-        return {"commit": head, "dirty": bool(status) if status is not None else None, "source": "git"}
-    if os.path.exists(p):
-        with open(p) as f:
-            lines = [x.strip() for x in f if x.strip()]
-        if lines:
-            return {"commit": lines[0], "dirty": any("dirty" in x for x in lines[1:]), "source": ".gpu/commit"}
+    lib_dir = os.path.dirname(os.path.abspath(lib)) if lib else ""
+    beside = os.path.join(lib_dir, "commit") if lib_dir else ""
+    candidates = []
+    if beside and os.path.exists(beside):
+        candidates.append((beside, os.path.basename(lib_dir) + "/commit"))
+    else:
+        head = _run(["git", "rev-parse", "HEAD"])
+        if head:
+            status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+            return {"commit": head, "dirty": bool(status) if status is not None else None, "source": "git"}
+    candidates.append((os.path.join(REPO_ROOT, ".gpu", "commit"), ".gpu/commit"))
+    for path, label in candidates:
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = [x.strip() for x in f if x.strip()]
+            if lines:
+                return {"commit": lines[0], "dirty": any("dirty" in x for x in lines[1:]), "source": label}
     return {"commit": "unknown", "dirty": None, "source": None}
 
 
