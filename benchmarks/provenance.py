@@ -81,31 +81,38 @@ def _run(cmd: List[str], timeout: float = 10.0) -> Optional[str]:
     return None
 
 
+def _commit_file(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path) as f:
+            lines = [x.strip() for x in f if x.strip()]
+    except OSError:  # missing, a directory, unreadable
+        return None
+    if not lines:
+        return None
+    return {"commit": lines[0], "dirty": any("dirty" in x for x in lines[1:])}
+
+
 def git_commit() -> Dict[str, Any]:
     # The library under test comes from a GPU bundle (scripts/build_gpu_bundle.sh) on a GPU
     # machine, whose copy of the tree may carry a stale .git: the bundle records the commit it
-    # was built at, and that is the one that identifies the code measured. A library whose
-    # folder holds a `commit` file (.gpu/, or the .gpu-*/ folders of an A/B run) is labelled
-    # by that file; otherwise by git, then by .gpu/commit.
+    # was built at, and that is the one that identifies the code measured. A library in a
+    # folder of the repository whose name starts with .gpu (.gpu/, or the .gpu-*/ folders of
+    # an A/B run) is labelled by the `commit` file beside it, never by git ("unknown" without
+    # one); any other library by git, then by .gpu/commit.
+    unknown = {"commit": "unknown", "dirty": None, "source": None}
     lib = os.environ.get("FOLD_ATTENTION_LIBRARY", "")
-    lib_dir = os.path.dirname(os.path.abspath(lib)) if lib else ""
-    beside = os.path.join(lib_dir, "commit") if lib_dir else ""
-    candidates = []
-    if beside and os.path.exists(beside):
-        candidates.append((beside, os.path.basename(lib_dir) + "/commit"))
-    else:
-        head = _run(["git", "rev-parse", "HEAD"])
-        if head:
-            status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-            return {"commit": head, "dirty": bool(status) if status is not None else None, "source": "git"}
-    candidates.append((os.path.join(REPO_ROOT, ".gpu", "commit"), ".gpu/commit"))
-    for path, label in candidates:
-        if os.path.exists(path):
-            with open(path) as f:
-                lines = [x.strip() for x in f if x.strip()]
-            if lines:
-                return {"commit": lines[0], "dirty": any("dirty" in x for x in lines[1:]), "source": label}
-    return {"commit": "unknown", "dirty": None, "source": None}
+    if lib:
+        lib_dir = os.path.dirname(os.path.abspath(lib))
+        rel = os.path.relpath(lib_dir, REPO_ROOT)
+        if not rel.startswith("..") and rel.split(os.sep)[0].startswith(".gpu"):
+            found = _commit_file(os.path.join(lib_dir, "commit"))
+            return {**found, "source": rel.replace(os.sep, "/") + "/commit"} if found else unknown
+    head = _run(["git", "rev-parse", "HEAD"])
+    if head:
+        status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+        return {"commit": head, "dirty": bool(status) if status is not None else None, "source": "git"}
+    found = _commit_file(os.path.join(REPO_ROOT, ".gpu", "commit"))
+    return {**found, "source": ".gpu/commit"} if found else unknown
 
 
 def module_version(name: str) -> str:

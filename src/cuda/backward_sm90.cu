@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   // Known to the compiler as warp-uniform (a shuffle of lane 0's value), so the wgmma
   // descriptors derived from it live in uniform registers: tid >> 7 cost an R2UR chain in
-  // front of every wgmma (162 R2UR in the D 128 kernel, 9 now).
+  // front of every wgmma (D 128 kernel: 162 R2UR with tid >> 7, 9 with this).
   const int wg = hp::warpgroup_index();
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -364,9 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // Steps 1-3 run per sub-block of 64 query rows (kBm / 64 of them): fewer live
       // registers for kBm = 128, and the dV/dK wgmmas of one sub-block overlap the next's
-      // S/dP wgmmas. (Issuing dV's wgmmas before dS is computed would overlap more, but keeps
-      // P's fp32 and 16-bit copies live together: ptxas then serialises the wgmmas at
-      // D = 128 and spills at D = 64 and 96.)
+      // S/dP wgmmas. (Issuing dV's wgmmas right after P, before dS, and the last dK after
+      // the dQ GEMM compiles without spills since the uniform descriptors, but measured no
+      // faster: notes/training_kernels.md, session 7.)
 #pragma unroll 1
       for (int sub = 0; sub < kBm / 64; ++sub) {
         const int r0 = 64 * sub;  // first row (tile-relative) of the sub-block

@@ -16,7 +16,8 @@ namespace fold::cuda::hopper {
 constexpr int kWarpgroupThreads = 128;
 
 __device__ __forceinline__ int warpgroup_index() {
-  // Uniform across the warpgroup, and known to be so by the compiler (shfl of warp 0's value).
+  // Uniform across the warpgroup, and known to the compiler to be warp-uniform (each warp
+  // broadcasts its lane 0's value), so values derived from it can live in uniform registers.
   return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
 }
 __device__ __forceinline__ int thread_in_warpgroup() {
