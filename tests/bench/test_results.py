@@ -70,3 +70,21 @@ def test_results_are_sanitized_on_write(tmp_path):
     w.case({"path": "/home/user/.cache/fold_attention/captures/a.pt"})
     text = open(tmp_path / "x.jsonl").read()
     assert provenance.REPO_ROOT not in text and "/home/user/" not in text
+
+
+def test_provenance_labels_a_bundle_library_by_its_commit_file(tmp_path, monkeypatch):
+    # A library in a .gpu*/ folder of the repository is labelled by the commit file beside it,
+    # never by git (the GPU machine's copy of .git may be stale); without one, "unknown".
+    monkeypatch.setattr(provenance, "REPO_ROOT", str(tmp_path))
+    monkeypatch.setattr(provenance, "_run", lambda cmd: "deadbeef" if "rev-parse" in cmd else "")
+    (tmp_path / ".gpu-ab").mkdir()
+    (tmp_path / ".gpu-ab" / "commit").write_text("abc123\n+dirty\n")
+    monkeypatch.setenv("FOLD_ATTENTION_LIBRARY", str(tmp_path / ".gpu-ab" / "libfold_attention.so"))
+    assert provenance.git_commit() == {"commit": "abc123", "dirty": True, "source": ".gpu-ab/commit"}
+    (tmp_path / ".gpu-cd").mkdir()
+    (tmp_path / ".gpu-cd" / "commit").write_text("\n")  # empty: not a label
+    monkeypatch.setenv("FOLD_ATTENTION_LIBRARY", str(tmp_path / ".gpu-cd" / "libfold_attention.so"))
+    assert provenance.git_commit()["commit"] == "unknown"
+    # Any other library: git.
+    monkeypatch.setenv("FOLD_ATTENTION_LIBRARY", str(tmp_path / "build" / "libfold_attention.so"))
+    assert provenance.git_commit() == {"commit": "deadbeef", "dirty": False, "source": "git"}
