@@ -431,7 +431,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               // model the wait's latency). Shared-memory stores are not moved across the wait,
               // so one word that depends on every packed P (their XOR) is stored in front of
               // it: P is finished there and overlaps dP^T's wgmmas. (The word is never read;
-              // one 4-byte store per thread instead of the packed P's 64 bytes.)
+              // one 4-byte store per thread instead of the packed P's 64 bytes. The A fragments
+              // below pack P again after the wait rather than keep these 16 words live through
+              // dS: with them live, as on branch wip/bwd-dvfirst, D 128 needs all 255 registers.)
               uint32_t fold = 0;
 #pragma unroll
               for (int k = 0; k < 16; ++k) fold ^= pack2(s[2 * k], s[2 * k + 1], Tag{});

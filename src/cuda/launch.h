@@ -101,6 +101,7 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t D = static_cast<size_t>(c.head_dim);
   const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
+  const size_t gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4;  // gcnt, done
   const size_t sizes[11] = {align256(rows * D),
                             align256(rows * D),
                             align256(rows * 4),
@@ -110,11 +111,11 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
                             align256(rows * splits * 4),
                             align256(rows * splits * 4),
                             align256(groups * 4),
-                            align256(groups * 5 * 8 + static_cast<size_t>(c.batch) * 4),
+                            align256(gcnt_bytes),
                             0};
   DecodeWorkspace w{};
   w.splits = splits;
-  w.gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4;
+  w.gcnt_bytes = gcnt_bytes;
   size_t off[11];
   size_t total = 0;
   for (int i = 0; i < 11; ++i) {
