@@ -1280,47 +1280,101 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   pdl_trigger();
 }
 
-// ---- dense split through a bulk-copy ring (the default at D 64 / 128) -------------------------
+// ---- dense split through a bulk-copy ring, value product on the tensor cores -------------------
 //
-// The dense split of bf16 / fp16 caches at D 64 / 128 with its bytes moved by a producer warp:
-// per 64-key chunk four bulk copies (plane A rows, plane B rows, V rows, the 64 scales: contiguous
-// runs, a chunk never straddles a page) into a ring of kRingStages stages with full / empty
-// mbarriers. The 8 consumer warps compute exactly what decode_split_kernel computes for a dense
-// chunk (same weights, same row sums, same value-product slices, same orders: the same bits), but
-// read the K planes from the stage instead of carrying the next chunk's in registers, and issue
-// no copies. Notes: notes/decode.md section 11, "Next session", and section 12 (H200 results).
+// The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
+// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of kRingStages stages
+// with full / empty mbarriers: plane A rows and plane B rows (one bulk copy each), the 64 scales,
+// and the V rows one bulk copy per key into rows padded to 2 D + 16 bytes (so the ldmatrix reads
+// below are free of bank conflicts). The 8 consumer warps compute every key's weight exactly as
+// decode_split_kernel does (integer dots on the tensor cores, the same fine logit, exp2 and
+// operand rounding: the same bf16 / fp16 weight bits), then the value product on the tensor
+// cores: N^T[d][g] += V^T[d][k] W^T[k][g] with mma.m16n8k16 (A = V^T by ldmatrix.trans of the
+// stage rows, B = the weights of 8 rows). The products of two 16-bit operands are exact in fp32;
+// only the order and rounding of the fp32 sums differ from the CPU reference's sequential sums,
+// so this path matches the reference within a rounding bound, not bit for bit (notes/decode.md
+// section 15). Every order is fixed by the split (no dependence on the batch or on placement),
+// so a request's bits alone, in a batch and under replay stay equal.
 constexpr int kRingStages = 2;
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
+constexpr int kWRow = kChunk + 8;            // weight row (16-bit elements): 144 bytes
+
+__host__ __device__ constexpr size_t ring_vrow(int D) { return 2 * static_cast<size_t>(D) + 16; }
 
 __host__ __device__ inline size_t ring_stage_bytes(int D) {
-  return static_cast<size_t>(64) * 4 * D + 128;  // A (D) | B (D) | V (2 D) per key, scales
+  // A (D) | B (D) per key, V rows (2 D + 16) per key, the 64 scales.
+  return static_cast<size_t>(64) * (2 * D + ring_vrow(D)) + 128;
 }
 
 __host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8;
-  return kRingStages * ring_stage_bytes(D)                              // the ring
-         + static_cast<size_t>(fold::decode::pv_slices(G)) * G * D * 4  // N's slices
-         + 2u * G * kWS * 4                                             // weights w, pe
-         + static_cast<size_t>(kChunk) * 8 * nrb * 4                    // weights, transposed
-         + nrb * 8 * 2 * D                                              // q planes (MMA A)
-         + 4u * G * 4;                                                  // sq, z, T, T_lse
+  return kRingStages * ring_stage_bytes(D)  // the ring
+         + 8 * nrb * kWRow * 2              // weights, [row][key], operand bits
+         + nrb * 8 * 2 * D                  // q planes (MMA A)
+         + 2u * 8 * 8 * nrb * 4             // per-warp row sums T, T_lse
+         + (D == 64 ? 8 * nrb * D * 4 : 0)  // D 64: the second key half's N
+         + 2u * G * 4;                      // sq, z
 }
 
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
-  // Default for the dense path at D 64 / 128 (H200: 8-15% faster than decode_split_kernel,
-  // same bits); FOLD_DECODE_RING=0 (read per call) runs decode_split_kernel instead.
   return p.dense != 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
          env_on("FOLD_DECODE_RING");
 }
 
-template <int NP>
+// c += A B, mma.m16n8k16 with 16-bit operands (bf16 or fp16) and fp32 accumulators. Fragments
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4 g + t: A a0 = (row g, k 2t, 2t + 1),
+// a1 = (row g + 8, same k), a2 = (row g, k 2t + 8, 2t + 9), a3 = (row g + 8, k 2t + 8, ..);
+// B b0 = (k 2t, 2t + 1; col g), b1 = (k 2t + 8, 2t + 9; col g); C c0, c1 = (row g, cols 2t,
+// 2t + 1), c2, c3 = (row g + 8, same cols).
+template <bool F16>
+__device__ __forceinline__ void mma_16(float c[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  if (F16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Two operand weights as one word (low half = the first key), in the cache's value format.
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_operands(float w0, float w1) {
+  const uint32_t lo =
+      F16 ? __half_as_ushort(__float2half_rn(w0)) : __bfloat16_as_ushort(__float2bfloat16_rn(w0));
+  const uint32_t hi =
+      F16 ? __half_as_ushort(__float2half_rn(w1)) : __bfloat16_as_ushort(__float2bfloat16_rn(w1));
+  return lo | (hi << 16);
+}
+
+// grid (splits, Hkv, B), 288 threads, D = 64 NP, RBM >= the group's row blocks (a power of two:
+// the accumulators are indexed at compile time).
+template <int NP, int RBM, bool F16>
 __global__ void __launch_bounds__(kRingThreads, 2)
     decode_split_ring_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                              const int pass, int64_t *stats) {
   pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
-  constexpr int WS = kWS;
+  constexpr int MT = D / 16;              // m tiles (16 columns of V each)
+  constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys
+  constexpr int KS = kChunk / (16 * KP);  // k steps of 16 keys per warp and chunk
+  constexpr int VR = static_cast<int>(ring_vrow(D));
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
@@ -1333,17 +1387,15 @@ __global__ void __launch_bounds__(kRingThreads, 2)
   const int H = p.n_heads, G = H / c.n_kv_heads;
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = (tid & (kThreads - 1)) >> 2, u = tid & 3;  // screen layout (consumers)
-  const bool pf16 = c.dtype == FOLD_DTYPE_F16;
-  const int nrb = (G + 7) / 8, NS = fold::decode::pv_slices(G), RS = 8 * nrb;
+  const int nrb = (G + 7) / 8, RS = 8 * nrb;
   const size_t SB = ring_stage_bytes(D);
   unsigned char *ring = smem;
-  float *ns = reinterpret_cast<float *>(ring + kRingStages * SB);  // [NS][G][D]
-  float *w = ns + NS * G * D;
-  float *pe = w + G * WS;
-  float *wt = pe + G * WS;
-  uint4 *qfrag = reinterpret_cast<uint4 *>(wt + kChunk * RS);
-  float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
-  float *sq = f, *zr = f + G, *ts = f + 2 * G, *tlse = f + 3 * G;
+  uint16_t *wop = reinterpret_cast<uint16_t *>(ring + kRingStages * SB);  // [RS][kWRow]
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow);
+  float *tw = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);  // [8 warps][RS]: T
+  float *tlw = tw + 8 * RS;                                          // [8 warps][RS]: T_lse
+  float *nred = tlw + 8 * RS;                                        // [RS][D]: D 64's 2nd half
+  float *sq = nred + (KP == 2 ? RS * D : 0), *zr = sq + G;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
 
@@ -1356,7 +1408,8 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     fence_barrier_init();
   }
   if (tid < kThreads) {
-    // As decode_split_kernel: q planes as MMA A fragments, per-row values, zeroed sums.
+    // As decode_split_kernel: q planes as MMA A fragments, per-row values; zeroed weights (rows
+    // >= G stay zero) and row sums.
     for (int e = tid; e < nrb * 2 * NP * 32; e += kThreads) {
       const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
       const int r = 8 * rb + (ln >> 2);
@@ -1372,44 +1425,63 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     for (int g = tid; g < G; g += kThreads) {
       sq[g] = ws.sq[row0 + g];
       zr[g] = ws.z[row0 + g];
-      ts[g] = 0.0f;
-      tlse[g] = 0.0f;
     }
-    for (int e = tid; e < NS * G * D; e += kThreads) ns[e] = 0.0f;
-    for (int e = tid; e < kChunk * RS; e += kThreads) wt[e] = 0.0f;
+    for (int e = tid; e < RS * kWRow / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
+    for (int e = tid; e < 16 * RS; e += kThreads) tw[e] = 0.0f;  // tw and tlw
   }
   __syncthreads();
 
-  if (warp == kThreads / 32) {  // the producer warp: one lane issues every copy
-    if (lane == 0) {
-      for (int ci = 0; ci < nchunks; ++ci) {
-        const int st = ci % kRingStages;
-        const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
-        if (ci >= kRingStages) mbar_wait(&empty[st], (round - 1u) & 1u);
-        const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
-        const int64_t r = s_rowbase[ci];
-        unsigned char *dst = ring + st * SB;
-        const uint32_t plane = static_cast<uint32_t>(nk * D);
+  if (warp == kThreads / 32) {  // the producer warp
+    for (int ci = 0; ci < nchunks; ++ci) {
+      const int st = ci % kRingStages;
+      const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
+      if (ci >= kRingStages) mbar_wait(&empty[st], (round - 1u) & 1u);
+      const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
+      const int64_t r = s_rowbase[ci];
+      unsigned char *dst = ring + st * SB;
+      const uint32_t plane = static_cast<uint32_t>(nk * D);
+      if (lane == 0) {
         mbar_arrive_expect_tx(&full[st], 4u * plane + 128u);
         bulk_load_1d(dst, c.k_a + r * D, plane, &full[st]);
         bulk_load_1d(dst + 64 * D, c.k_b + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 128 * D, static_cast<const unsigned char *>(c.v) + r * 2 * D, 2u * plane,
-                     &full[st]);
-        bulk_load_1d(dst + 256 * D, c.k_scale + r, 128u, &full[st]);  // within the page
+        bulk_load_1d(dst + 128 * D + 64 * VR, c.k_scale + r, 128u, &full[st]);  // within the page
       }
+      __syncwarp();  // the expected bytes are counted before any V row can land
+      const unsigned char *v = static_cast<const unsigned char *>(c.v) + r * 2 * D;
+      for (int k = lane; k < nk; k += 32)
+        bulk_load_1d(dst + 128 * D + k * VR, v + k * 2 * D, 2u * D, &full[st]);
     }
     return;
   }
 
   const int mg = lane >> 2, mt = lane & 3;
+  const int mtile = warp % MT, kpart = warp / MT;
+  float acc[RBM][4];
+#pragma unroll
+  for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+  // ldmatrix row addresses. A = V^T of keys k0 .. k0 + 15, columns 16 mtile ..: matrix q = lane /
+  // 8 holds columns + 8 (q & 1), keys + 8 (q >> 1); its row lane % 8 is one key's 8 values.
+  const uint32_t a_off = static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR +
+                                               2 * (16 * mtile + 8 * ((lane >> 3) & 1)));
+  // B = the weights of rows 8 nb .. 8 nb + 7: matrices (keys k0 ..) and (keys k0 + 8 ..), row
+  // addresses from lanes 0-15 (ldmatrix .x2).
+  const uint32_t b_base =
+      smem_u32(wop) + static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
   for (int ci = 0; ci < nchunks; ++ci) {
     const int st = ci % kRingStages;
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
     mbar_wait(&full[st], static_cast<uint32_t>(ci / kRingStages) & 1u);
-    const unsigned char *sa = ring + st * SB, *sb = sa + 64 * D, *sv = sa + 128 * D;
-    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sa + 256 * D);
+    unsigned char *sa = ring + st * SB, *sb = sa + 64 * D, *sv = sa + 128 * D;
+    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sv + 64 * VR);
     const bool present = kq < nk;
+    if (nk < kChunk) {
+      // The split's last, partial chunk: the value rows up to the next 16 keys are zero (their
+      // weights are zero too; stale or unwritten bits could be NaN, and 0 x NaN is NaN).
+      const int end = min(kChunk, (nk + 15) & ~15);
+      for (int e = tid; e < (end - nk) * (VR / 16); e += kThreads)
+        reinterpret_cast<uint4 *>(sv + nk * VR)[e] = make_uint4(0u, 0u, 0u, 0u);
+    }
     int4 ka[NP], kb[NP];
 #pragma unroll
     for (int i = 0; i < NP; ++i) {
@@ -1420,7 +1492,8 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     }
     const float skj[2] = {bf16_bits_to_float(ssc[8 * warp + 2 * mt]),
                           bf16_bits_to_float(ssc[8 * warp + 2 * mt + 1])};
-    // Weights of every present key (dense: all live and refined), as decode_split_kernel.
+    // Weights of every present key (dense: all live and refined), as decode_split_kernel; zero
+    // for keys past the split. Lane (g, t): row 8 rb + g, keys 8 warp + 2t + j.
     const bool any_present = __any_sync(0xffffffffu, present);
     bool mpres[2];
 #pragma unroll
@@ -1429,59 +1502,82 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
       if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
+      float pw[2] = {0.0f, 0.0f}, pex[2] = {0.0f, 0.0f};
       if (r < G) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
-          const int key = 8 * warp + 2 * mt + j, e = r * WS + key;
           const float ell = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
                                        logit_multiplier(sq[r], skj[j], 16 + log2d));
-          const float pex = exp2_fp(sub_rn(ell, zr[r]));
-          const float pw = round_operand(pex, pf16);
-          pe[e] = pex;
-          w[e] = pw;
-          wt[key * RS + r] = pw;
+          pex[j] = exp2_fp(sub_rn(ell, zr[r]));
+          pw[j] = round_operand(pex[j], F16);
         }
+        reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
+            pack_operands<F16>(pw[0], pw[1]);
+      }
+      // This warp's row sums over its 8 keys (fixed order: pairs, then the 4 lanes' tree).
+      float t = add_rn(pw[0], pw[1]), tl = add_rn(pex[0], pex[1]);
+      t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 1));
+      tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 1));
+      t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 2));
+      tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 2));
+      if (mt == 0 && r < G) {
+        tw[warp * RS + r] = add_rn(tw[warp * RS + r], t);
+        tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
       }
     }
     named_bar_sync(1, kThreads);
-    // T and T_lse: thread kThreads - 1 - g for row g, keys in index order.
-    for (int g = kThreads - 1 - tid; g < G; g += kThreads) {
-      float t = ts[g], tl = tlse[g];
-      for (int k = 0; k < nk; ++k) {
-        t = add_rn(t, w[g * WS + k]);
-        tl = add_rn(tl, pe[g * WS + k]);
+    // N^T: this warp's m tile x every row block, over its part of the chunk's keys.
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      const int k0 = kpart * (kChunk / KP) + 16 * kk;
+      if (k0 >= nk) break;
+      uint32_t a[4];
+      ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * VR));
+#pragma unroll
+      for (int nb = 0; nb < RBM; ++nb) {
+        if (nb < nrb) {
+          uint32_t bw[2];  // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
+          ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
+          mma_16<F16>(acc[nb], a, bw[0], bw[1]);
+        }
       }
-      ts[g] = t;
-      tlse[g] = tl;
-    }
-    // N: the value-product items of decode_split_kernel over the stage's V rows.
-    {
-      constexpr int C = pv_cols(D);
-      const uint64_t live_mask = nk == 64 ? ~0ull : ((1ull << nk) - 1ull);
-      for_each_pv_part<D>(warp, lane, NS, nrb, G, ns, live_mask,
-                          [&](float *nsl, int rb, int c0, int k0, uint32_t m) {
-                            if (pf16)
-                              pv_item<C, kVF16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0,
-                                                m, 1.0f, nullptr);
-                            else
-                              pv_item<C, kVBf16>(nsl, wt, RS, rb, G, D, c0, sv, 2 * D, nullptr, k0,
-                                                 m, 1.0f, nullptr);
-                          });
     }
     named_bar_sync(1, kThreads);  // the stage and the weights are free again
     if (tid == 0) mbar_arrive(&empty[st]);
   }
-  // The split's partial: no cut pages in a dense split (the + 0 keeps decode_split_kernel's ops).
-  for (int e = tid; e < G * D; e += kThreads) {
-    const int g = e / D, d = e % D;
-    float nsum = 0.0f;
-    for (int sl = 0; sl < NS; ++sl) nsum = add_rn(nsum, ns[sl * G * D + e]);
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, 0.0f);
+  // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
+  // shared memory, added after the first's (a fixed order).
+  if (KP == 2 && kpart == 1) {
+#pragma unroll
+    for (int nb = 0; nb < RBM; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+        if (nb < nrb) nred[g * D + d] = acc[nb][i];
+      }
+  }
+  named_bar_sync(1, kThreads);
+  if (kpart == 0) {
+#pragma unroll
+    for (int nb = 0; nb < RBM; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+        if (nb < nrb && g < G) {
+          const float n = KP == 2 ? add_rn(acc[nb][i], nred[g * D + d]) : acc[nb][i];
+          ws.part_n[((row0 + g) * ws.splits + s) * D + d] = n;
+        }
+      }
   }
   for (int g = tid; g < G; g += kThreads) {
-    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], 0.0f);
-    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], 0.0f);
+    float t = 0.0f, tl = 0.0f;  // the warps in order
+    for (int i = 0; i < 8; ++i) {
+      t = add_rn(t, tw[i * RS + g]);
+      tl = add_rn(tl, tlw[i * RS + g]);
+    }
+    ws.part_t[(row0 + g) * ws.splits + s] = t;
+    ws.part_tl[(row0 + g) * ws.splits + s] = tl;
   }
   if (tid == 0) {
     const int64_t keys = s1 - s0;
@@ -1714,6 +1810,22 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 }
 
 namespace {
+// The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
+using RingKernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws, const int,
+                            int64_t *);
+template <int NP, bool F16>
+RingKernel ring_kernel_rb(int nrb) {
+  return nrb <= 1   ? decode_split_ring_kernel<NP, 1, F16>
+         : nrb <= 2 ? decode_split_ring_kernel<NP, 2, F16>
+         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16>
+                    : decode_split_ring_kernel<NP, 8, F16>;
+}
+RingKernel ring_kernel(int D, int G, bool f16) {
+  const int nrb = (G + 7) / 8;
+  if (D == 64) return f16 ? ring_kernel_rb<1, true>(nrb) : ring_kernel_rb<1, false>(nrb);
+  return f16 ? ring_kernel_rb<2, true>(nrb) : ring_kernel_rb<2, false>(nrb);
+}
+
 // A decode kernel launch, with programmatic stream serialization unless FOLD_DECODE_PDL=0
 // (the kernels wait with pdl_wait before their first read).
 template <typename... KArgs, typename... Args>
@@ -1774,7 +1886,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim) : 0;
-  auto split_ring = c.head_dim == 64 ? decode_split_ring_kernel<1> : decode_split_ring_kernel<2>;
+  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16);
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");

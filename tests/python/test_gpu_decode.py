@@ -1,9 +1,10 @@
 """GPU: the CUDA decode (cache writer, front, splits, combine, guard) against the CPU reference.
 
 The same cache filled through CPU and CUDA must hold identical bits; decode outputs must
-match the reference (the v0 kernels keep the reference's summation order, so they are
-expected to be bit-identical; the asserted bound is the spec's: fp32 summation order only),
-with equal verdict statistics; accuracy vs float64 as the CPU's; bit-identical alone and in a
+match the reference: bit for bit where the kernels keep the reference's summation order, and
+within one output rounding where they do not (the dense split at D 64 / 128 with 16-bit V,
+whose value product runs on the tensor cores: `_tensor_core_path`), with equal verdict
+statistics; accuracy vs float64 as the CPU's; bit-identical alone and in a
 batch; CUDA-graph capture + replay of append + attend. Skipped without a CUDA device or when
 the library was built without CUDA. Every test runs under a hard time limit.
 """
@@ -11,6 +12,7 @@ the library was built without CUDA. Every test runs under a hard time limit.
 from __future__ import annotations
 
 import faulthandler
+import os
 
 import pytest
 import torch
@@ -87,6 +89,37 @@ def _assert_same_cache(cpu, gpu):
         assert torch.equal(_bits(a), _bits(b)), name
 
 
+def _tensor_core_path(D, depth, v8):
+    # The dense split at D 64 / 128 with bf16 / fp16 V (the ring kernel, default on;
+    # FOLD_DECODE_RING=0 runs the plain split) computes the same weight bits as the CPU
+    # reference but sums N and T in fp32 in another order (mma on the tensor cores, a tree
+    # over a chunk's keys): its output matches within one output rounding, not bit for bit.
+    return depth is None and not v8 and D in (64, 128) and os.environ.get("FOLD_DECODE_RING", "1") != "0"
+
+
+def _assert_matches(oc, og, lc, lg, exact):
+    """GPU output / LSE against the CPU reference's: bit for bit, or (exact=False) each output
+    element within one rounding of its dtype (2^-7 relative for bf16, 2^-10 for fp16) plus
+    1e-5 of the largest |output| (sums that cancel), and each finite LSE within 1e-5."""
+    if exact:
+        assert torch.equal(_bits(oc), _bits(og))
+        assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+        return
+    rel = 2.0**-7 if oc.dtype == torch.bfloat16 else 2.0**-10
+    a, b = oc.double(), og.double()
+    scale = a.abs().max().item() if a.numel() else 0.0
+    bound = rel * a.abs() + 1e-5 * scale
+    over = (b - a).abs() > bound
+    n_diff = int((_bits(oc) != _bits(og)).sum())
+    print(f"\noutput elements that differ from the CPU's: {n_diff} of {oc.numel()}")
+    assert not over.any(), (b - a).abs()[over][:8]
+    fin = torch.isfinite(lc)
+    assert torch.equal(fin, torch.isfinite(lg))
+    assert torch.equal(lc[~fin], lg[~fin])
+    if fin.any():
+        assert (lg[fin].double() - lc[fin].double()).abs().max().item() <= 1e-5
+
+
 def _step(cache, q, k=None, v=None):
     dev = cache.device
     to = lambda x: None if x is None else x.to(dev)  # noqa: E731
@@ -97,6 +130,11 @@ def _step(cache, q, k=None, v=None):
 def _compare_step(cpu, gpu, q, k=None, v=None, exact_stats=True):
     oc, lc, sc = _step(cpu, q, k, v)
     og, lg, sg = _step(gpu, q, k, v)
+    if _tensor_core_path(gpu.head_dim, gpu.depth, gpu.v8):
+        _assert_matches(oc, og, lc, lg, exact=False)
+        if exact_stats:
+            assert sc == sg, (sc, sg)
+        return oc, og, lc, lg, sc, sg
     norm = oc.float().norm().item()
     diff = (og.float() - oc.float()).abs().max().item()
     assert diff <= 1e-5 * max(norm, 1e-30), (diff, norm)
@@ -181,15 +219,16 @@ RAGGED = [0, 1, 63, None, 513, 1300, 64, 2049]  # empty, 1, partial chunks and s
 
 def _ragged_step_matches_cpu(dtype, D, Hkv, G, seed, max_len=2100, **cache_kw):
     """A CPU / CUDA cache pair filled with RAGGED lengths; one step's output, LSE and read
-    statistics bit for bit. Returns the pair and the step's q for more steps."""
+    statistics bit for bit (within one rounding on the tensor-core path). Returns the pair
+    and the step's q for more steps."""
     B = len(RAGGED)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, max_len, page_size=128, dtype=dtype, **cache_kw)
     _fill((cpu, gpu), k, v, RAGGED, chunks=2)
     oc, lc, sc = _step(cpu, q)
     og, lg, sg = _step(gpu, q)
-    assert torch.equal(_bits(oc), _bits(og))
-    assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+    exact = not _tensor_core_path(D, cache_kw.get("depth", 16.0), cache_kw.get("v8", False))
+    _assert_matches(oc, og, lc, lg, exact)
     assert sc == sg, (sc, sg)
     return cpu, gpu, q
 
@@ -208,8 +247,9 @@ def test_decode_matches_cpu_bitwise(cfg):
 @pytest.mark.parametrize("ring", ["1", "0"])
 def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, ring, monkeypatch):
     # The dense split at D 64 / 128 runs through the bulk-copy ring by default; FOLD_DECODE_RING=0
-    # selects the plain split kernel. Both give the CPU reference's bits, on ragged lengths
-    # (partial chunks and splits, empty requests).
+    # selects the plain split kernel, which gives the CPU reference's bits; the ring's tensor-core
+    # value product matches within one rounding. On ragged lengths (partial chunks and splits,
+    # empty requests).
     monkeypatch.setenv("FOLD_DECODE_RING", ring)
     _ragged_step_matches_cpu(dtype, D, Hkv, G, 6, depth=None)
 
@@ -218,7 +258,8 @@ def test_decode_ring_matches_cpu_bitwise(dtype, D, Hkv, G, ring, monkeypatch):
 @pytest.mark.parametrize("depth", [None, 16.0, 12.0])
 def test_decode_pdl_matches_cpu_bitwise(depth, pdl, monkeypatch):
     # Programmatic dependent launches between the decode kernels (the default; FOLD_DECODE_PDL=0
-    # turns them off): the same bits as the CPU, eager and under CUDA-graph replay with an append.
+    # turns them off): the CPU's output (see _assert_matches), eager and under CUDA-graph replay
+    # with an append.
     monkeypatch.setenv("FOLD_DECODE_PDL", pdl)
     lengths, B, Hkv, G, D = RAGGED, len(RAGGED), 2, 4, 128
     cpu, gpu, q = _ragged_step_matches_cpu(torch.bfloat16, D, Hkv, G, 7, max_len=2200, depth=depth)
@@ -237,7 +278,7 @@ def test_decode_pdl_matches_cpu_bitwise(depth, pdl, monkeypatch):
         decode_step_cuda(gpu, sq, sk, sv, out, lse)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(_bits(out), _bits(expected[0])) and torch.equal(_bits(lse), _bits(expected[1]))
+    _assert_matches(expected[0], out.cpu(), expected[1], lse.cpu(), not _tensor_core_path(D, depth, False))
 
 
 @pytest.mark.parametrize("depth", [None, 16.0])
@@ -253,7 +294,7 @@ def test_decode_many_groups_matches_cpu_bitwise(depth):
     for kk, vv in ((None, None), (ks, vs)):
         oc, lc, sc = _step(cpu, q, kk, vv)
         og, lg, sg = _step(gpu, q, kk, vv)
-        assert torch.equal(_bits(oc), _bits(og)) and torch.equal(_bits(lc), _bits(lg))
+        _assert_matches(oc, og, lc, lg, not _tensor_core_path(D, depth, False))
         assert sc == sg, (sc, sg)
 
 
@@ -308,7 +349,8 @@ def test_error_against_float64(depth, v8):
     oc, og, *_ = _compare_step(cpu, gpu, q)
     ec, eg, floor = rel_err(oc, ref), rel_err(og, ref), floor_err(ref)
     print(f"\ndepth={depth} v8={v8}: cuda {eg:.4e} cpu {ec:.4e} ({eg / floor:.3f} x floor)")
-    assert eg <= ec * (1 + 1e-3) + 1e-7
+    # The tensor-core path sums in another order: its error may differ from the CPU's by a hair.
+    assert eg <= ec * (1 + (1e-2 if _tensor_core_path(D, depth, v8) else 1e-3)) + 1e-7
     assert eg <= 1.5 * floor
 
 
