@@ -652,14 +652,120 @@ constexpr int kFlagPresent = 8, kFlagLive = 1, kFlagRefine = 2, kFlagVRefine = 4
 __host__ __device__ constexpr int pv_cols(int D) { return D == 256 ? 4 : 2; }
 __host__ __device__ constexpr int pv_halves(int D) { return D / (32 * pv_cols(D)); }
 
-__host__ __device__ inline size_t split_smem_bytes(int G, int D) {
+// The value product on the tensor cores (split kernels with bf16 / fp16 V): stage rows padded by
+// 16 bytes so that ldmatrix's 8 rows of 16 bytes fall in distinct banks.
+__host__ __device__ constexpr int pv_vrow(int D, bool mma) { return mma ? 2 * D + 16 : 2 * D; }
+// Warps per m tile (16 columns of V), each summing its own part of a chunk's keys into its own
+// N slice: D 64 has 4 m tiles for 8 warps.
+__host__ __device__ constexpr int pv_kparts(int D) { return D >= 128 ? 1 : 128 / D; }
+
+__host__ __device__ inline size_t split_smem_bytes(int G, int D, bool mma) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8;
-  return static_cast<size_t>(2) * 64 * 2 * D                            // value stages
-         + static_cast<size_t>(fold::decode::pv_slices(G)) * G * D * 4  // N's slices
-         + 2u * G * kWS * 4                                             // weights w, pe
-         + static_cast<size_t>(kChunk) * 8 * nrb * 4                    // weights, transposed
-         + nrb * 8 * 2 * D                                              // q planes (MMA A)
-         + (8u + kPagesPerSplit) * G * 4;  // per-row values, page cut masses
+  const size_t n_slices = mma ? static_cast<size_t>(pv_kparts(D)) * 8 * nrb * D
+                              : static_cast<size_t>(fold::decode::pv_slices(G)) * G * D;
+  return static_cast<size_t>(2) * 64 * pv_vrow(D, mma)  // value stages
+         + n_slices * 4                                 // N's slices
+         + 2u * G * kWS * 4                             // weights w, pe
+         + static_cast<size_t>(kChunk) * 8 * nrb * 4    // weights, transposed
+         + nrb * 8 * 2 * D                              // q planes (MMA A)
+         + (8u + kPagesPerSplit) * G * 4;               // per-row values, page cut masses
+}
+
+// c += A B, mma.m16n8k16 with 16-bit operands (bf16 or fp16) and fp32 accumulators. Fragments
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4 g + t: A a0 = (row g, k 2t, 2t + 1),
+// a1 = (row g + 8, same k), a2 = (row g, k 2t + 8, 2t + 9), a3 = (row g + 8, k 2t + 8, ..);
+// B b0 = (k 2t, 2t + 1; col g), b1 = (k 2t + 8, 2t + 9; col g); C c0, c1 = (row g, cols 2t,
+// 2t + 1), c2, c3 = (row g + 8, same cols).
+template <bool F16>
+__device__ __forceinline__ void mma_16(float c[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  if (F16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Two operand weights as one word (low half = the first key), in the cache's value format.
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_operands(float w0, float w1) {
+  const uint32_t lo =
+      F16 ? __half_as_ushort(__float2half_rn(w0)) : __bfloat16_as_ushort(__float2bfloat16_rn(w0));
+  const uint32_t hi =
+      F16 ? __half_as_ushort(__float2half_rn(w1)) : __bfloat16_as_ushort(__float2bfloat16_rn(w1));
+  return lo | (hi << 16);
+}
+
+constexpr int kWRow = kChunk + 8;  // operand weight row (16-bit elements): 144 bytes
+
+// One chunk's value product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] over the
+// chunk's keys with a live bit (k steps of 16 keys without one are skipped; every other key of
+// a step has weight 0 and a zero or finite value row). Warp `warp` takes m tiles (16 columns)
+// warp, warp + 8, .. (D 64: m tile warp % 4, keys of half warp / 4) for every row block; its
+// accumulators live in its own N slice ns [kpart][d][RS] (a fixed order: per slice, chunks in
+// order; per chunk, the hardware's sum of fixed k steps). A = V^T by ldmatrix.trans of the
+// stage rows (VR bytes apart), B = the operand weights wop [RS][kWRow].
+template <int D, bool F16>
+__device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
+                                             const unsigned char *sv, int VR, int nrb,
+                                             uint64_t live_mask, int warp, int lane) {
+  constexpr int MT = D / 16, KP = pv_kparts(D);
+  constexpr int MPW = MT >= 8 ? MT / 8 : 1;  // m tiles per warp
+  const int RS = 8 * nrb, kpart = MT >= 8 ? 0 : warp / MT;
+  const int mg = lane >> 2, mt = lane & 3;
+  const uint32_t sv_a =
+      hopper::smem_u32(sv) +
+      static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR + 16 * ((lane >> 3) & 1));
+  const uint32_t b_base = hopper::smem_u32(wop) +
+                          static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
+#pragma unroll
+  for (int mi = 0; mi < MPW; ++mi) {
+    const int mtile = MT >= 8 ? warp + 8 * mi : warp % MT;
+    float *nsl = ns + static_cast<size_t>(kpart) * D * RS;
+    for (int nb = 0; nb < nrb; ++nb) {
+      float2 *c01 = reinterpret_cast<float2 *>(nsl + (16 * mtile + mg) * RS + 8 * nb + 2 * mt);
+      float2 *c23 = reinterpret_cast<float2 *>(nsl + (16 * mtile + mg + 8) * RS + 8 * nb + 2 * mt);
+      float c[4];
+      bool any = false;
+#pragma unroll
+      for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
+        const int k0 = kpart * (kChunk / KP) + 16 * kk;
+        if (((live_mask >> k0) & 0xffffull) == 0) continue;
+        if (!any) {
+          const float2 x = *c01, y = *c23;
+          c[0] = x.x;
+          c[1] = x.y;
+          c[2] = y.x;
+          c[3] = y.y;
+          any = true;
+        }
+        uint32_t a[4], bw[2];
+        ldsm_x4_trans(a, sv_a + static_cast<uint32_t>(k0 * VR + 32 * mtile));
+        ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
+        mma_16<F16>(c, a, bw[0], bw[1]);
+      }
+      if (any) {
+        *c01 = make_float2(c[0], c[1]);
+        *c23 = make_float2(c[2], c[3]);
+      }
+    }
+  }
 }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
@@ -874,8 +980,10 @@ __device__ __forceinline__ void for_each_pv_part(int warp, int lane, int NS, int
 }
 
 // grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
-// groups the guard flagged.
-template <int NP>
+// groups the guard flagged. MMA (bf16 / fp16 V): the value product on the tensor cores
+// (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8) one fma
+// per key, row and column in the reference's order.
+template <int NP, bool MMA>
 __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const int pass, int64_t *stats) {
@@ -901,11 +1009,16 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   const int kq = tid >> 2, u = tid & 3;  // screen: key kq of the chunk, quarter u
   const bool dense = p.dense != 0, v8 = c.v8 != 0, pf16 = c.dtype == FOLD_DTYPE_F16 && !v8;
   const int nrb = (G + 7) / 8, NS = fold::decode::pv_slices(G), RS = 8 * nrb;
-  unsigned char *stage = smem;                                    // [2][64][2D]
-  float *ns = reinterpret_cast<float *>(stage + 2 * 64 * 2 * D);  // [NS][G][D]: N's slices
-  float *w = ns + NS * G * D;
+  constexpr int VR = pv_vrow(D, MMA);                          // bytes of a stage row
+  unsigned char *stage = smem;                                 // [2][64][VR]
+  float *ns = reinterpret_cast<float *>(stage + 2 * 64 * VR);  // N's slices:
+  const int nsz = MMA ? pv_kparts(D) * RS * D : NS * G * D;    // [kpart][D][RS] | [NS][G][D]
+  float *w = ns + nsz;
   float *pe = w + G * WS;
   float *wt = pe + G * WS;  // [64][RS]: the value operands, transposed (zero for rows >= G)
+  // MMA: the operand weights' bits [RS][kWRow] in wt's place (zero for rows >= G and for keys
+  // without a live bit).
+  uint16_t *wop = reinterpret_cast<uint16_t *>(wt);
   // q planes as A fragments: [row block of 8][slice s < 2 NP][lane] (uint4 = a0..a3).
   uint4 *qfrag = reinterpret_cast<uint4 *>(wt + kChunk * RS);
   float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
@@ -939,7 +1052,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
-  for (int e = tid; e < NS * G * D; e += blockDim.x) ns[e] = 0.0f;
+  for (int e = tid; e < nsz; e += blockDim.x) ns[e] = 0.0f;
   for (int e = tid; e < kChunk * RS; e += blockDim.x) wt[e] = 0.0f;
   if (tid == 0) s_keys = s_live = s_ref = s_vref = 0;
   int vexp = 0;
@@ -948,7 +1061,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     vexp = x == kVExpUnset ? 0 : x;
     for (int i = tid; i < 256; i += blockDim.x) s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
   }
-  const size_t vrow = 2 * D;  // bytes of a stage row
+  const size_t vrow = VR;
 
   // The cache row of the chunk at j0 (its keys are consecutive rows), from the split's table
   // (one page-table lookup and division per chunk, not one per use and thread).
@@ -988,7 +1101,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
         src = q16 < D / 16 ? c.v_a + (rb + k) * D + 16 * q16
                            : c.v_b + (rb + k) * D + 16 * (q16 - D / 16);
       else
-        src = static_cast<const unsigned char *>(c.v) + (rb + k) * vrow + 16 * q16;
+        src = static_cast<const unsigned char *>(c.v) + (rb + k) * 2 * D + 16 * q16;
       cp_async16(dst + k * vrow + 16 * q16, src);
     }
     cp_async_commit();
@@ -1018,6 +1131,9 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 
   int n_pages = 0;
   bool page_has_cut = false;
+  // MMA, gathers: whether stage row kq may hold a value (a live key's, or never written): a row
+  // without a live key is zeroed before the value product reads it (weight 0 x value must be 0).
+  bool row_held = true;
   for (int ci = 0; ci < nchunks; ++ci) {
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
@@ -1108,12 +1224,18 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
             if (vref) cp_async16(dst + D + 16 * (u + 4 * i), c.v_b + r * D + 16 * (u + 4 * i));
           }
         } else {
-          const unsigned char *src = static_cast<const unsigned char *>(c.v) + r * vrow;
+          const unsigned char *src = static_cast<const unsigned char *>(c.v) + r * 2 * D;
 #pragma unroll
           for (int i = 0; i < 2 * NP; ++i)
             cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
         }
+      } else if (MMA && row_held) {
+        unsigned char *dst = stage + kq * vrow;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; ++i)
+          *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
       }
+      row_held = live;
       cp_async_commit();
       if (more) load_planes(j0 + kChunk, ka_n, kb_n, false);
     }
@@ -1135,6 +1257,7 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       if (any_refine) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
       if (r < G) {
+        float opw[2] = {0.0f, 0.0f};  // the value operands (zero without a live bit)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
@@ -1147,12 +1270,22 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
             const float pw = round_operand(pex, pf16);
             pe[e] = pex;
             w[e] = pw;
-            wt[(8 * warp + 2 * mt + j) * RS + r] = pw;
+            opw[j] = pw;
+            if (!MMA) wt[(8 * warp + 2 * mt + j) * RS + r] = pw;
           } else {
             w[e] = exp2_fp(sub_rn(w[e], zr[r]));
           }
         }
+        if (MMA)
+          reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
+              pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
       }
+    }
+    if (MMA && dense && nk < kChunk) {
+      // The split's last, partial chunk: no copy lands in rows nk.. of stage st; zero them.
+      unsigned char *sv = stage + st * 64 * vrow;
+      for (int e = tid; e < (kChunk - nk) * (VR / 16); e += kThreads)
+        reinterpret_cast<uint4 *>(sv + nk * vrow)[e] = make_uint4(0u, 0u, 0u, 0u);
     }
     // This thread's copies of the chunk (dense: the next chunk's stay in flight).
     if (dense && more)
@@ -1216,7 +1349,13 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
     }
     // N: warp items (slice, block of 8 rows, column half); lane = C columns x 8 rows; the
     // slice's live keys in index order (decode_plan.h pv_slices).
-    {
+    if (MMA) {
+      const unsigned char *stg = stage + st * 64 * vrow;
+      if (pf16)
+        pv_mma_chunk<D, true>(ns, wop, stg, VR, nrb, live_mask, warp, lane);
+      else
+        pv_mma_chunk<D, false>(ns, wop, stg, VR, nrb, live_mask, warp, lane);
+    } else {
       constexpr int C = pv_cols(D);
       const unsigned char *stg = stage + st * 64 * vrow;
       const float sx = exp2i(vexp);
@@ -1261,7 +1400,10 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
       cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
     }
     float nsum = 0.0f;  // N's slices in order
-    for (int sl = 0; sl < NS; ++sl) nsum = add_rn(nsum, ns[sl * G * D + e]);
+    if (MMA)
+      for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
+    else
+      for (int sl = 0; sl < NS; ++sl) nsum = add_rn(nsum, ns[sl * G * D + e]);
     ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
   }
   for (int g = tid; g < G; g += blockDim.x) {
@@ -1297,7 +1439,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 // so a request's bits alone, in a batch and under replay stay equal.
 constexpr int kRingStages = 2;
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
-constexpr int kWRow = kChunk + 8;            // weight row (16-bit elements): 144 bytes
 
 __host__ __device__ constexpr size_t ring_vrow(int D) { return 2 * static_cast<size_t>(D) + 16; }
 
@@ -1319,47 +1460,6 @@ __host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
   return p.dense != 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
          env_on("FOLD_DECODE_RING");
-}
-
-// c += A B, mma.m16n8k16 with 16-bit operands (bf16 or fp16) and fp32 accumulators. Fragments
-// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4 g + t: A a0 = (row g, k 2t, 2t + 1),
-// a1 = (row g + 8, same k), a2 = (row g, k 2t + 8, 2t + 9), a3 = (row g + 8, k 2t + 8, ..);
-// B b0 = (k 2t, 2t + 1; col g), b1 = (k 2t + 8, 2t + 9; col g); C c0, c1 = (row g, cols 2t,
-// 2t + 1), c2, c3 = (row g + 8, same cols).
-template <bool F16>
-__device__ __forceinline__ void mma_16(float c[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-  if (F16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// Two operand weights as one word (low half = the first key), in the cache's value format.
-template <bool F16>
-__device__ __forceinline__ uint32_t pack_operands(float w0, float w1) {
-  const uint32_t lo =
-      F16 ? __half_as_ushort(__float2half_rn(w0)) : __bfloat16_as_ushort(__float2bfloat16_rn(w0));
-  const uint32_t hi =
-      F16 ? __half_as_ushort(__float2half_rn(w1)) : __bfloat16_as_ushort(__float2bfloat16_rn(w1));
-  return lo | (hi << 16);
 }
 
 // grid (splits, Hkv, B), 288 threads, D = 64 NP, RBM >= the group's row blocks (a power of two:
@@ -1874,10 +1974,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool pdl = env_on("FOLD_DECODE_PDL");
   launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
            cmul, p.n_heads, ws, stats, rows_per_cta);
-  const size_t smem = split_smem_bytes(G, c.head_dim);
-  auto split = c.head_dim == 64    ? decode_split_kernel<1>
-               : c.head_dim == 128 ? decode_split_kernel<2>
-                                   : decode_split_kernel<4>;
+  const bool mma = c.v8 == 0;
+  const size_t smem = split_smem_bytes(G, c.head_dim, mma);
+  auto split =
+      c.head_dim == 64    ? (mma ? decode_split_kernel<1, true> : decode_split_kernel<1, false>)
+      : c.head_dim == 128 ? (mma ? decode_split_kernel<2, true> : decode_split_kernel<2, false>)
+                          : (mma ? decode_split_kernel<4, true> : decode_split_kernel<4, false>);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
                        "decode_split_kernel");
   set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
