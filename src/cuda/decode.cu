@@ -38,6 +38,7 @@
 #include "cuda/hopper/warpgroup.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
+#include "cuda/tensor_map.h"
 #include "decode/decode_plan.h"
 #include "decode/e4m3.h"
 #include "decode/fp_rules.h"
@@ -1426,35 +1427,35 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
 //
 // The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
 // decode_split_kernel). A producer warp moves each 64-key chunk into a ring of kRingStages stages
-// with full / empty mbarriers: plane A rows and plane B rows (one bulk copy each), the 64 scales,
-// and the V rows one bulk copy per key into rows padded to 2 D + 16 bytes (so the ldmatrix reads
-// below are free of bank conflicts). The 8 consumer warps compute every key's weight exactly as
-// decode_split_kernel does (integer dots on the tensor cores, the same fine logit, exp2 and
-// operand rounding: the same bf16 / fp16 weight bits), then the value product on the tensor
-// cores: N^T[d][g] += V^T[d][k] W^T[k][g] with mma.m16n8k16 (A = V^T by ldmatrix.trans of the
-// stage rows, B = the weights of 8 rows). The products of two 16-bit operands are exact in fp32;
-// only the order and rounding of the fp32 sums differ from the CPU reference's sequential sums,
-// so this path matches the reference within a rounding bound, not bit for bit (notes/decode.md
-// section 15). Every order is fixed by the split (no dependence on the batch or on placement),
-// so a request's bits alone, in a batch and under replay stay equal.
+// with full / empty mbarriers: the V rows by TMA (a 2-D map over the cache's rows, 64 x 64-value
+// boxes with the 128-byte swizzle, so that the ldmatrix reads below are free of bank conflicts;
+// per-row bulk copies into padded rows cost the producer ~540 instructions per chunk, ncu),
+// plane A rows and plane B rows (one bulk copy each) and the 64 scales. The 8 consumer warps
+// compute every key's weight exactly as decode_split_kernel does (integer dots on the tensor cores,
+// the same fine logit, exp2 and operand rounding: the same bf16 / fp16 weight bits), then the value
+// product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] with mma.m16n8k16 (A = V^T by
+// ldmatrix.trans of the stage rows, B = the weights of 8 rows). The products of two 16-bit operands
+// are exact in fp32; only the order and rounding of the fp32 sums differ from the CPU reference's
+// sequential sums, so this path matches the reference within a rounding bound, not bit for bit
+// (notes/decode.md section 15). Every order is fixed by the split (no dependence on the batch or on
+// placement), so a request's bits alone, in a batch and under replay stay equal.
 constexpr int kRingStages = 2;
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
 
-__host__ __device__ constexpr size_t ring_vrow(int D) { return 2 * static_cast<size_t>(D) + 16; }
-
 __host__ __device__ inline size_t ring_stage_bytes(int D) {
-  // A (D) | B (D) per key, V rows (2 D + 16) per key, the 64 scales.
-  return static_cast<size_t>(64) * (2 * D + ring_vrow(D)) + 128;
+  // V: D / 64 swizzled panels of 64 rows x 128 bytes (1024-aligned) | A (D) | B (D) per key |
+  // the 64 scales; rounded up to keep the next stage's panels 1024-aligned.
+  return (static_cast<size_t>(64) * 4 * D + 128 + 1023) & ~static_cast<size_t>(1023);
 }
 
 __host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8;
-  return kRingStages * ring_stage_bytes(D)  // the ring
-         + 8 * nrb * kWRow * 2              // weights, [row][key], operand bits
-         + nrb * 8 * 2 * D                  // q planes (MMA A)
-         + 2u * 8 * 8 * nrb * 4             // per-warp row sums T, T_lse
-         + (D == 64 ? 8 * nrb * D * 4 : 0)  // D 64: the second key half's N
-         + 2u * G * 4;                      // sq, z
+  return 1024 + kRingStages * ring_stage_bytes(D)  // the ring, 1024-aligned
+         + 8 * nrb * kWRow * 2                     // weights, [row][key], operand bits
+         + nrb * 8 * 2 * D                         // q planes (MMA A)
+         + 2u * 8 * 8 * nrb * 4                    // per-warp row sums T, T_lse
+         + (D == 64 ? 8 * nrb * D * 4 : 0)         // D 64: the second key half's N
+         + 2u * G * 4;                             // sq, z
 }
 
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
@@ -1464,18 +1465,24 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
 
 // grid (splits, Hkv, B), 288 threads, D = 64 NP, RBM >= the group's row blocks (a power of two:
 // the accumulators are indexed at compile time).
+// Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
+// without the bound ptxas takes 95) where the accumulators allow it.
 template <int NP, int RBM, bool F16>
-__global__ void __launch_bounds__(kRingThreads, 2)
-    decode_split_ring_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                             const int pass, int64_t *stats) {
+__global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
+    decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap, const fold_kvcache_t c,
+                             const fold_decode_params_t p, const Ws ws, const int pass,
+                             int64_t *stats) {
   pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
   constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys
   constexpr int KS = kChunk / (16 * KP);  // k steps of 16 keys per warp and chunk
-  constexpr int VR = static_cast<int>(ring_vrow(D));
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The ring's V panels need 1024-byte alignment (the swizzle): pad computed on the shared
+  // address, so that the pointer stays a shared-space one (no generic addressing).
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  unsigned char *smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
   __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -1507,6 +1514,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     }
     fence_barrier_init();
   }
+  if (tid == kThreads) tma_prefetch_descriptor(&vmap);
   if (tid < kThreads) {
     // As decode_split_kernel: q planes as MMA A fragments, per-row values; zeroed weights (rows
     // >= G stay zero) and row sums.
@@ -1541,15 +1549,16 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       unsigned char *dst = ring + st * SB;
       const uint32_t plane = static_cast<uint32_t>(nk * D);
       if (lane == 0) {
-        mbar_arrive_expect_tx(&full[st], 4u * plane + 128u);
-        bulk_load_1d(dst, c.k_a + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 64 * D, c.k_b + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 128 * D + 64 * VR, c.k_scale + r, 128u, &full[st]);  // within the page
+        // The V boxes always move 64 rows (the chunk's page rows past nk, or zeros past the
+        // pool): their bytes count in full.
+        mbar_arrive_expect_tx(&full[st], 2u * plane + 128u * D + 128u);
+#pragma unroll
+        for (int pn = 0; pn < D / 64; ++pn)
+          tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
+        bulk_load_1d(dst + 128 * D, c.k_a + r * D, plane, &full[st]);
+        bulk_load_1d(dst + 192 * D, c.k_b + r * D, plane, &full[st]);
+        bulk_load_1d(dst + 256 * D, c.k_scale + r, 128u, &full[st]);  // within the page
       }
-      __syncwarp();  // the expected bytes are counted before any V row can land
-      const unsigned char *v = static_cast<const unsigned char *>(c.v) + r * 2 * D;
-      for (int k = lane; k < nk; k += 32)
-        bulk_load_1d(dst + 128 * D + k * VR, v + k * 2 * D, 2u * D, &full[st]);
     }
     return;
   }
@@ -1560,9 +1569,12 @@ __global__ void __launch_bounds__(kRingThreads, 2)
 #pragma unroll
   for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
   // ldmatrix row addresses. A = V^T of keys k0 .. k0 + 15, columns 16 mtile ..: matrix q = lane /
-  // 8 holds columns + 8 (q & 1), keys + 8 (q >> 1); its row lane % 8 is one key's 8 values.
-  const uint32_t a_off = static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR +
-                                               2 * (16 * mtile + 8 * ((lane >> 3) & 1)));
+  // 8 holds columns + 8 (q & 1), keys + 8 (q >> 1); its row lane % 8 is one key's 8 values, the
+  // 16-byte piece jd = 2 mtile + (q & 1) of the key's row: panel jd / 8, at piece (jd % 8) ^
+  // (key % 8) of the panel's 128-byte row (the swizzle; key % 8 = lane % 8 as k0 % 16 = 0).
+  const int jd = 2 * mtile + ((lane >> 3) & 1);
+  const uint32_t a_off = static_cast<uint32_t>(
+      (jd >> 3) * 8192 + ((lane >> 4) * 8 + (lane & 7)) * 128 + (((jd & 7) ^ (lane & 7)) << 4));
   // B = the weights of rows 8 nb .. 8 nb + 7: matrices (keys k0 ..) and (keys k0 + 8 ..), row
   // addresses from lanes 0-15 (ldmatrix .x2).
   const uint32_t b_base =
@@ -1572,15 +1584,18 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
     mbar_wait(&full[st], static_cast<uint32_t>(ci / kRingStages) & 1u);
-    unsigned char *sa = ring + st * SB, *sb = sa + 64 * D, *sv = sa + 128 * D;
-    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sv + 64 * VR);
+    unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
+    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
     const bool present = kq < nk;
     if (nk < kChunk) {
-      // The split's last, partial chunk: the value rows up to the next 16 keys are zero (their
-      // weights are zero too; stale or unwritten bits could be NaN, and 0 x NaN is NaN).
+      // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
+      // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
+      // Every panel's whole rows, so the swizzle does not matter.
       const int end = min(kChunk, (nk + 15) & ~15);
-      for (int e = tid; e < (end - nk) * (VR / 16); e += kThreads)
-        reinterpret_cast<uint4 *>(sv + nk * VR)[e] = make_uint4(0u, 0u, 0u, 0u);
+      for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
+        const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
+        reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
     int4 ka[NP], kb[NP];
 #pragma unroll
@@ -1633,7 +1648,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       const int k0 = kpart * (kChunk / KP) + 16 * kk;
       if (k0 >= nk) break;
       uint32_t a[4];
-      ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * VR));
+      ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
 #pragma unroll
       for (int nb = 0; nb < RBM; ++nb) {
         if (nb < nrb) {
@@ -1911,8 +1926,8 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 
 namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
-using RingKernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws, const int,
-                            int64_t *);
+using RingKernel = void (*)(const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
+                            const Ws, const int, int64_t *);
 template <int NP, bool F16>
 RingKernel ring_kernel_rb(int nrb) {
   return nrb <= 1   ? decode_split_ring_kernel<NP, 1, F16>
@@ -1992,10 +2007,19 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
+  CUtensorMap vmap{};
+  if (ring) {
+    // V's rows (page, KV head, row) as a 2-D map: 64 x 64-value boxes, 128-byte swizzle.
+    const uint64_t dims[2] = {static_cast<uint64_t>(c.head_dim),
+                              static_cast<uint64_t>(c.num_pages) * c.n_kv_heads * c.page_size};
+    const uint64_t strides[1] = {static_cast<uint64_t>(c.head_dim) * 2};
+    const uint32_t box[2] = {64, 64};
+    vmap = encode_tiled_16bit(c.v, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  }
   for (int pass = 0; pass < 2; ++pass) {
     if (ring)
       launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
-               "decode_split_ring_kernel launch", c, p, ws, pass, stats);
+               "decode_split_ring_kernel launch", vmap, c, p, ws, pass, stats);
     else
       launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
                c, p, ws, pass, stats);
