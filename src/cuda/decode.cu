@@ -17,6 +17,13 @@
 // top strata by warp arg-max, and the combine stages the split partials in shared memory.
 // The v1 and v3 kernels were retired (notes/decode.md section 11).
 //
+// Session 8 (notes/decode.md section 15): the value product of every bf16 / fp16-V split runs on
+// the tensor cores (mma.m16n8k16, V^T by ldmatrix.trans); the weights are still the
+// reference's bits, but N's fp32 sums (and the dense ring's T sums) take the hardware's order,
+// so those outputs match the reference within one output rounding, not bit for bit. v8 caches
+// keep the fma value product and the reference's orders. Invariance (alone = in a batch =
+// under replay) does not depend on this: every order is fixed by the split.
+//
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
 //   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
 //    lengths]  front  decode(pass 0)  combine(pass 0: guard flags)  fixup_z  decode(pass 1)
