@@ -7,7 +7,8 @@ python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv
 python scripts/decode_bench.py --quick    B1 L32K only
 python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
 python scripts/decode_bench.py --variants cuda,noring,nopdl   A/B of the library's default-on
-                                          switches (FOLD_DECODE_RING=0, FOLD_DECODE_PDL=0, set
+                                          switches (FOLD_DECODE_RING=0, FOLD_DECODE_PDL=0,
+                                          FOLD_DECODE_SCREEN_RING=0 as "noscreen", set
                                           before each graph capture); each label is also set as
                                           FOLD_DECODE_VARIANT (for A/B builds that read it)
 python scripts/decode_bench.py --profile --shape 1   eager steps of one shape (for ncu / nsys)
@@ -62,8 +63,10 @@ if "--variants" in sys.argv:
 def set_variant(name):
     os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
     # The library's default-on switches, for A/B runs: "noring" sets FOLD_DECODE_RING=0 (the plain
-    # dense split), "nopdl" FOLD_DECODE_PDL=0; "noring+nopdl" both; any other label the defaults.
-    for flag, env in (("noring", "FOLD_DECODE_RING"), ("nopdl", "FOLD_DECODE_PDL")):
+    # dense split), "nopdl" FOLD_DECODE_PDL=0, "noscreen" FOLD_DECODE_SCREEN_RING=0 (the plain
+    # screened split); "noring+nopdl" both; any other label the defaults.
+    for flag, env in (("noring", "FOLD_DECODE_RING"), ("nopdl", "FOLD_DECODE_PDL"),
+                      ("noscreen", "FOLD_DECODE_SCREEN_RING")):
         if flag in name.split("+"):
             os.environ[env] = "0"
         else:

@@ -253,6 +253,19 @@ def test_decode_ring_matches_cpu(dtype, D, Hkv, G, ring, monkeypatch):
     _ragged_step_matches_cpu(dtype, D, Hkv, G, 6, depth=None)
 
 
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
+)
+@pytest.mark.parametrize("depth", [16.0, 12.0])
+@pytest.mark.parametrize("screen", ["1", "0"])
+def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeypatch):
+    # The screened split at D 64 / 128 runs through the plane-A ring, pipelined by one chunk,
+    # by default; FOLD_DECODE_SCREEN_RING=0 selects the plain split kernel. Both match the CPU
+    # reference within one rounding and count the same reads, on ragged lengths.
+    monkeypatch.setenv("FOLD_DECODE_SCREEN_RING", screen)
+    _ragged_step_matches_cpu(dtype, D, Hkv, G, 8, depth=depth)
+
+
 @pytest.mark.parametrize("pdl", ["1", "0"])
 @pytest.mark.parametrize("depth", [None, 16.0, 12.0])
 def test_decode_pdl_matches_cpu(depth, pdl, monkeypatch):
