@@ -36,10 +36,15 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         vl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
         fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
-# trips the guard, v8 exponent growth, G = 64 at D = 256 (large shared memory).
-for dtype, v8, d, hkv, g in ((torch.bfloat16, False, 128, 2, 4), (torch.float16, True, 64, 1, 8),
-                             (torch.bfloat16, True, 256, 1, 64)):
-    cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1200, depth=12.0, v8=v8, page_size=64, dtype=dtype, device=dev)
+# trips the guard, v8 exponent growth, G = 64 at D = 256 (large shared memory); screened
+# (depth 12: the screen ring at D 64 / 128) and dense (depth None: the dense ring) splits.
+for dtype, v8, d, hkv, g, depth in ((torch.bfloat16, False, 128, 2, 4, 12.0),
+                                    (torch.float16, True, 64, 1, 8, 12.0),
+                                    (torch.bfloat16, True, 256, 1, 64, 12.0),
+                                    (torch.bfloat16, False, 128, 2, 4, None),
+                                    (torch.float16, False, 64, 1, 12, None),
+                                    (torch.float16, False, 64, 1, 12, 16.0)):
+    cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1200, depth=depth, v8=v8, page_size=64, dtype=dtype, device=dev)
     for b, n in enumerate([0, 700, 1100, 65]):
         cache.add_request()
         if n:
@@ -50,7 +55,7 @@ for dtype, v8, d, hkv, g in ((torch.bfloat16, False, 128, 2, 4), (torch.float16,
     for scale in (1.0, 300.0):
         fa.fold_attn_with_kvcache(q, cache, torch.randn(4, hkv, d, device=dev, dtype=dtype),
                                   torch.randn(4, hkv, d, device=dev, dtype=dtype) * scale)
-    print("decode", dtype, "v8" if v8 else "", cache.stats())
+    print("decode", dtype, "v8" if v8 else "", f"D{d} G{g} depth {depth}", cache.stats())
 # The guard's fix-up: a needle that neither the strata nor the heavy list (taken by larger
 # decoys orthogonal to the query) sample; Z undershoots and T leaves fp16's 2^14 window.
 k = torch.randn(1000, 1, 64) * 0.3

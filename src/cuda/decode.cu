@@ -679,6 +679,12 @@ __host__ __device__ inline size_t split_smem_bytes(int G, int D, bool mma) {
          + (8u + kPagesPerSplit) * G * 4;               // per-row values, page cut masses
 }
 
+// The producer's wait for a free stage, with a pause between probes: the producer is ahead by
+// construction, and its spinning took ~10% of the issue slots the consumers need (ncu).
+__device__ __forceinline__ void producer_wait(uint64_t *bar, uint32_t parity) {
+  while (!hopper::mbar_try_wait(bar, parity)) __nanosleep(128);
+}
+
 // c += A B, mma.m16n8k16 with 16-bit operands (bf16 or fp16) and fp32 accumulators. Fragments
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4 g + t: A a0 = (row g, k 2t, 2t + 1),
 // a1 = (row g + 8, same k), a2 = (row g, k 2t + 8, 2t + 9), a3 = (row g + 8, k 2t + 8, ..);
@@ -1517,7 +1523,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   if (tid == 0) {
     for (int st = 0; st < kRingStages; ++st) {
       mbar_init(&full[st], 1);
-      mbar_init(&empty[st], 1);
+      mbar_init(&empty[st], kThreads / 32);  // one arrival per consumer warp
     }
     fence_barrier_init();
   }
@@ -1550,7 +1556,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     for (int ci = 0; ci < nchunks; ++ci) {
       const int st = ci % kRingStages;
       const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
-      if (ci >= kRingStages) mbar_wait(&empty[st], (round - 1u) & 1u);
+      if (ci >= kRingStages) producer_wait(&empty[st], (round - 1u) & 1u);
       const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
       const int64_t r = s_rowbase[ci];
       unsigned char *dst = ring + st * SB;
@@ -1666,7 +1672,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       }
     }
     named_bar_sync(1, kThreads);  // the stage and the weights are free again
-    if (tid == 0) mbar_arrive(&empty[st]);
+    // Each warp releases the stage for itself (lane 0 after the warp's reads): the stage's
+    // readers order before the producer's next copy through the barrier they arrive on.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[st]);
   }
   // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
   // shared memory, added after the first's (a fixed order).
@@ -1789,7 +1798,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
   if (tid == 0) {
     for (int st = 0; st < kScreenStages; ++st) {
       mbar_init(&full[st], 1);
-      mbar_init(&empty[st], 1);
+      mbar_init(&empty[st], kThreads / 32);  // one arrival per consumer warp
     }
     fence_barrier_init();
     s_keys = s_live = s_ref = 0;
@@ -1827,7 +1836,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       for (int ci = 0; ci < nchunks; ++ci) {
         const int st = ci % kScreenStages;
         const uint32_t round = static_cast<uint32_t>(ci / kScreenStages);
-        if (ci >= kScreenStages) mbar_wait(&empty[st], (round - 1u) & 1u);
+        if (ci >= kScreenStages) producer_wait(&empty[st], (round - 1u) & 1u);
         const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
         const int64_t r = s_rowbase[ci];
         unsigned char *dst = ring + st * SB;
@@ -1846,6 +1855,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
   int vbits_prev = 0;  // the previous chunk's verdict bits (MMA layout)
   int n_pages = 0;
   bool page_has_cut = false;
+  int page_pos = s0 % P;       // the finished chunk's offset in its page (no division per chunk)
   int kl = 0, kr = 0, kk = 0;  // this key thread's counts (u == 0): keys, live, refined
   for (int i = 0; i <= nchunks; ++i) {
     int vbits = 0;
@@ -2000,7 +2010,8 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       // The rows' running sums (thread g_first), page flushes as decode_split_kernel.
       const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8[bf]);
       const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8[bf]) != 0;
-      const bool new_page = j0 > s0 && j0 % P == 0;
+      const bool new_page = j0 > s0 && page_pos == 0;
+      page_pos = page_pos + kChunk == P ? 0 : page_pos + kChunk;
       if (new_page && page_has_cut) {
         for (int g = g_first; g < G; g += kThreads) {
           page_cut[n_pages * G + g] = cut[g];
@@ -2024,7 +2035,8 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       }
       pv_mma_chunk<D, F16>(ns, wop, vst + bf * 64 * VR, VR, nrb, live_mask, warp, lane);
       named_bar_sync(1, kThreads);  // the ring stage, the weights and per-warp sums are free
-      if (tid == 0) mbar_arrive(&empty[st]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);  // one arrival per consumer warp
     }
     vbits_prev = vbits;
   }
