@@ -6,9 +6,9 @@ distance to SDPA's.
 python scripts/decode_bench.py            B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8 (G 8), D 128
 python scripts/decode_bench.py --quick    B1 L32K only
 python scripts/decode_bench.py --g4       H 32 / Hkv 8 (the v0 tables' shapes)
-python scripts/decode_bench.py --variants cuda,noring,nopdl   A/B of the library's default-on
-                                          switches (FOLD_DECODE_RING=0, FOLD_DECODE_PDL=0,
-                                          FOLD_DECODE_SCREEN_RING=0 as "noscreen", set
+python scripts/decode_bench.py --variants cuda,noring,nopdl   A/B of the library's switches
+                                          (FOLD_DECODE_RING=0, FOLD_DECODE_PDL=0,
+                                          FOLD_DECODE_SCREEN_RING=1 as "screen", set
                                           before each graph capture); each label is also set as
                                           FOLD_DECODE_VARIANT (for A/B builds that read it)
 python scripts/decode_bench.py --profile --shape 1   eager steps of one shape (for ncu / nsys)
@@ -62,13 +62,14 @@ if "--variants" in sys.argv:
 
 def set_variant(name):
     os.environ["FOLD_DECODE_VARIANT"] = name  # read per call by the library
-    # The library's default-on switches, for A/B runs: "noring" sets FOLD_DECODE_RING=0 (the plain
-    # dense split), "nopdl" FOLD_DECODE_PDL=0, "noscreen" FOLD_DECODE_SCREEN_RING=0 (the plain
-    # screened split); "noring+nopdl" both; any other label the defaults.
-    for flag, env in (("noring", "FOLD_DECODE_RING"), ("nopdl", "FOLD_DECODE_PDL"),
-                      ("noscreen", "FOLD_DECODE_SCREEN_RING")):
-        if flag in name.split("+"):
-            os.environ[env] = "0"
+    # The library's switches, for A/B runs: "noring" sets FOLD_DECODE_RING=0 (the plain dense
+    # split), "nopdl" FOLD_DECODE_PDL=0, "screen" FOLD_DECODE_SCREEN_RING=1 (the opt-in screened
+    # ring); "noring+nopdl" both; any other label the defaults.
+    flags = name.split("+")
+    for flag, env, value in (("noring", "FOLD_DECODE_RING", "0"), ("nopdl", "FOLD_DECODE_PDL", "0"),
+                             ("screen", "FOLD_DECODE_SCREEN_RING", "1")):
+        if flag in flags:
+            os.environ[env] = value
         else:
             os.environ.pop(env, None)
 

@@ -1482,7 +1482,10 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
 // without the bound ptxas takes 95) where the accumulators allow it.
 template <int NP, int RBM, bool F16>
 __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
-    decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap, const fold_kvcache_t c,
+    decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap,
+                             const __grid_constant__ CUtensorMap amap,
+                             const __grid_constant__ CUtensorMap bmap,
+                             const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
                              int64_t *stats) {
   pdl_wait();
@@ -1527,7 +1530,12 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     }
     fence_barrier_init();
   }
-  if (tid == kThreads) tma_prefetch_descriptor(&vmap);
+  if (tid == kThreads) {
+    tma_prefetch_descriptor(&vmap);
+    tma_prefetch_descriptor(&amap);
+    tma_prefetch_descriptor(&bmap);
+    tma_prefetch_descriptor(&smap);
+  }
   if (tid < kThreads) {
     // As decode_split_kernel: q planes as MMA A fragments, per-row values; zeroed weights (rows
     // >= G stay zero) and row sums.
@@ -1560,17 +1568,19 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
       const int64_t r = s_rowbase[ci];
       unsigned char *dst = ring + st * SB;
-      const uint32_t plane = static_cast<uint32_t>(nk * D);
       if (lane == 0) {
-        // The V boxes always move 64 rows (the chunk's page rows past nk, or zeros past the
-        // pool): their bytes count in full.
-        mbar_arrive_expect_tx(&full[st], 2u * plane + 128u * D + 128u);
+        // Every copy is a TMA box of 64 rows (the chunk's page rows past nk, or zeros past the
+        // pool, are moved too and never read): the expected bytes do not depend on nk. Tensor
+        // copies, not plain bulk copies: compute-sanitizer's racecheck orders the consumers'
+        // reads of tensor copies through the full barrier but reported every read of a plain
+        // bulk copy as a race (notes/decode.md section 15).
+        mbar_arrive_expect_tx(&full[st], 256u * D + 128u);
 #pragma unroll
         for (int pn = 0; pn < D / 64; ++pn)
           tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
-        bulk_load_1d(dst + 128 * D, c.k_a + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 192 * D, c.k_b + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 256 * D, c.k_scale + r, 128u, &full[st]);  // within the page
+        tma_load_2d(dst + 128 * D, &amap, &full[st], 0, static_cast<int32_t>(r));
+        tma_load_2d(dst + 192 * D, &bmap, &full[st], 0, static_cast<int32_t>(r));
+        tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
       }
     }
     return;
@@ -1738,7 +1748,7 @@ __host__ __device__ inline size_t screen_stage_bytes(int D) {
 
 __host__ __device__ inline size_t split_screen_smem_bytes(int G, int D) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8, RS = 8 * nrb;
-  return kScreenStages * screen_stage_bytes(D)             // the ring
+  return 1024 + kScreenStages * screen_stage_bytes(D)      // the ring, 1024-aligned
          + 2u * 64 * pv_vrow(D, true)                      // V rows, two buffers
          + 2u * 64 * D                                     // plane B rows, two buffers
          + static_cast<size_t>(pv_kparts(D)) * RS * D * 4  // N's slices
@@ -1749,21 +1759,31 @@ __host__ __device__ inline size_t split_screen_smem_bytes(int G, int D) {
          + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
 }
 
+// Opt-in (FOLD_DECODE_SCREEN_RING=1): on the H200 it is 13-15% faster than decode_split_kernel at
+// batch 1 but 3-7% slower at batch 32-128 (notes/decode.md section 15). One kernel serves every
+// batch size: choosing by the grid would make a request's bits depend on its batch (the two
+// kernels sum T in different orders).
 inline bool split_screen_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
-  return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
-         env_on("FOLD_DECODE_SCREEN_RING");
+  const char *v = std::getenv("FOLD_DECODE_SCREEN_RING");
+  return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) && v != nullptr &&
+         std::strcmp(v, "1") == 0;
 }
 
 template <int NP, bool F16>
 __global__ void __launch_bounds__(kRingThreads, 2)
-    decode_split_screen_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                               const int pass, int64_t *stats) {
+    decode_split_screen_kernel(const __grid_constant__ CUtensorMap amap,
+                               const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
+                               const fold_decode_params_t p, const Ws ws, const int pass,
+                               int64_t *stats) {
   pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
   constexpr int WS = kWS;
   constexpr int VR = pv_vrow(D, true);
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // TMA destinations need 128-byte alignment: pad computed on the shared address.
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  unsigned char *smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
   __shared__ __align__(8) uint64_t full[kScreenStages], empty[kScreenStages];
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
   __shared__ __align__(8) unsigned char s_live8[2][8], s_cut8[2][8];
@@ -1795,6 +1815,10 @@ __global__ void __launch_bounds__(kRingThreads, 2)
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
 
   if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  if (tid == kThreads) {
+    tma_prefetch_descriptor(&amap);
+    tma_prefetch_descriptor(&smap);
+  }
   if (tid == 0) {
     for (int st = 0; st < kScreenStages; ++st) {
       mbar_init(&full[st], 1);
@@ -1837,13 +1861,12 @@ __global__ void __launch_bounds__(kRingThreads, 2)
         const int st = ci % kScreenStages;
         const uint32_t round = static_cast<uint32_t>(ci / kScreenStages);
         if (ci >= kScreenStages) producer_wait(&empty[st], (round - 1u) & 1u);
-        const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
         const int64_t r = s_rowbase[ci];
         unsigned char *dst = ring + st * SB;
-        const uint32_t plane = static_cast<uint32_t>(nk * D);
-        mbar_arrive_expect_tx(&full[st], plane + 128u);
-        bulk_load_1d(dst, c.k_a + r * D, plane, &full[st]);
-        bulk_load_1d(dst + 64 * D, c.k_scale + r, 128u, &full[st]);  // within the page
+        // TMA boxes of 64 rows (see decode_split_ring_kernel): plane A, the scales.
+        mbar_arrive_expect_tx(&full[st], 64u * D + 128u);
+        tma_load_2d(dst, &amap, &full[st], 0, static_cast<int32_t>(r));
+        tma_load_2d(dst + 64 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
       }
     }
     return;
@@ -2315,7 +2338,8 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 
 namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
-using RingKernel = void (*)(const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
+using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
+                            const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
                             const Ws, const int, int64_t *);
 template <int NP, bool F16>
 RingKernel ring_kernel_rb(int nrb) {
@@ -2406,22 +2430,35 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   if (screen)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_screen),
                          static_cast<int>(smem_screen), "decode_split_screen_kernel");
-  CUtensorMap vmap{};
-  if (ring) {
-    // V's rows (page, KV head, row) as a 2-D map: 64 x 64-value boxes, 128-byte swizzle.
-    const uint64_t dims[2] = {static_cast<uint64_t>(c.head_dim),
-                              static_cast<uint64_t>(c.num_pages) * c.n_kv_heads * c.page_size};
-    const uint64_t strides[1] = {static_cast<uint64_t>(c.head_dim) * 2};
-    const uint32_t box[2] = {64, 64};
-    vmap = encode_tiled_16bit(c.v, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  // The rings' TMA maps over the cache's rows (page, KV head, row): V in 64 x 64-value boxes
+  // with the 128-byte swizzle, the K planes in 64-row boxes, the scales as rows of 64.
+  CUtensorMap vmap{}, amap{}, bmap{}, smap{};
+  if (ring || screen) {
+    const uint64_t rows = static_cast<uint64_t>(c.num_pages) * c.n_kv_heads * c.page_size;
+    const uint64_t D = static_cast<uint64_t>(c.head_dim);
+    const uint64_t pdims[2] = {D, rows}, pstrides[1] = {D};
+    const uint32_t pbox[2] = {static_cast<uint32_t>(D), 64};
+    amap = encode_tiled(c.k_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox,
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    bmap = encode_tiled(c.k_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox,
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    const uint64_t sdims[2] = {64, rows / 64}, sstrides[1] = {128};
+    const uint32_t sbox[2] = {64, 1};
+    smap = encode_tiled(c.k_scale, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, sdims, sstrides, sbox,
+                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    if (ring) {
+      const uint64_t vdims[2] = {D, rows}, vstrides[1] = {D * 2};
+      const uint32_t vbox[2] = {64, 64};
+      vmap = encode_tiled_16bit(c.v, 2, vdims, vstrides, vbox, CU_TENSOR_MAP_SWIZZLE_128B);
+    }
   }
   for (int pass = 0; pass < 2; ++pass) {
     if (ring)
       launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
-               "decode_split_ring_kernel launch", vmap, c, p, ws, pass, stats);
+               "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, pass, stats);
     else if (screen)
       launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
-               "decode_split_screen_kernel launch", c, p, ws, pass, stats);
+               "decode_split_screen_kernel launch", amap, smap, c, p, ws, pass, stats);
     else
       launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
                c, p, ws, pass, stats);

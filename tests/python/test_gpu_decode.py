@@ -259,9 +259,9 @@ def test_decode_ring_matches_cpu(dtype, D, Hkv, G, ring, monkeypatch):
 @pytest.mark.parametrize("depth", [16.0, 12.0])
 @pytest.mark.parametrize("screen", ["1", "0"])
 def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeypatch):
-    # The screened split at D 64 / 128 runs through the plane-A ring, pipelined by one chunk,
-    # by default; FOLD_DECODE_SCREEN_RING=0 selects the plain split kernel. Both match the CPU
-    # reference within one rounding and count the same reads, on ragged lengths.
+    # FOLD_DECODE_SCREEN_RING=1 runs the screened split at D 64 / 128 through the opt-in
+    # plane-A ring, pipelined by one chunk; "0" (the default) the plain split kernel. Both match
+    # the CPU reference within one rounding and count the same reads, on ragged lengths.
     monkeypatch.setenv("FOLD_DECODE_SCREEN_RING", screen)
     _ragged_step_matches_cpu(dtype, D, Hkv, G, 8, depth=depth)
 
