@@ -1436,14 +1436,15 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   pdl_trigger();
 }
 
-// ---- dense split through a bulk-copy ring, value product on the tensor cores -------------------
+// ---- dense split through a TMA ring, value product on the tensor cores
+// ---------------------------
 //
 // The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
 // decode_split_kernel). A producer warp moves each 64-key chunk into a ring of kRingStages stages
 // with full / empty mbarriers: the V rows by TMA (a 2-D map over the cache's rows, 64 x 64-value
 // boxes with the 128-byte swizzle, so that the ldmatrix reads below are free of bank conflicts;
 // per-row bulk copies into padded rows cost the producer ~540 instructions per chunk, ncu),
-// plane A rows and plane B rows (one bulk copy each) and the 64 scales. The 8 consumer warps
+// plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The 8 consumer warps
 // compute every key's weight exactly as decode_split_kernel does (integer dots on the tensor cores,
 // the same fine logit, exp2 and operand rounding: the same bf16 / fp16 weight bits), then the value
 // product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] with mma.m16n8k16 (A = V^T by
@@ -1730,9 +1731,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
 
 // ---- screened split through a ring, software-pipelined by one chunk ---------------------------
 //
-// The screened split (depth set) of bf16 / fp16 caches at D 64 / 128 (the default there;
-// FOLD_DECODE_SCREEN_RING=0 runs decode_split_kernel). A producer warp streams each chunk's plane
-// A rows and scales (bulk copies) into a ring of kScreenStages stages. The consumers, at step i:
+// The screened split (depth set) of bf16 / fp16 caches at D 64 / 128, opt-in
+// (FOLD_DECODE_SCREEN_RING=1; else decode_split_kernel runs: see split_screen_supported). A
+// producer warp streams each chunk's plane A rows and scales (TMA boxes) into a ring of
+// kScreenStages stages. The consumers, at step i:
 // screen chunk i (coarse logits on the int8 tensor cores, verdicts OR-ed over the group) and
 // start its gathers (V rows of live keys, plane B rows of refined keys: cp.async into one of two
 // buffers); then finish chunk i - 1, whose gathers have had chunk i's screen to land: its weights
