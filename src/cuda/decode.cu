@@ -1436,6 +1436,30 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   pdl_trigger();
 }
 
+// The q planes of rows row0 .. row0 + G - 1 as the int8 MMA's A fragments, [row block of 8][slice
+// s < 2 NP][lane] (uint4 = a0..a3), zero for rows >= G, written by the consumer threads of the
+// ring kernels (decode_split_kernel keeps its own copy of this loop: moved into this function,
+// its stride blockDim.x made ptxas schedule that kernel differently). Lane (g, t) of slice
+// s = 2 i + h feeds the key bytes at 16 (t + 4 i) + 8 h (b0) and + 4 (b1); its A registers hold
+// the q bytes at the same offsets, of row 8 rb + g (plane A as row g, plane B as g + 8).
+template <int NP>
+__device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int64_t row0, int G,
+                                                 int nrb, int tid) {
+  constexpr int D = 64 * NP;
+  for (int e = tid; e < nrb * 2 * NP * 32; e += kThreads) {
+    const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
+    const int r = 8 * rb + (ln >> 2);
+    const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+    if (r < G) {
+      const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
+      const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
+      a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
+    }
+    qfrag[e] = a;
+  }
+}
+
 // ---- dense split through a TMA ring, value product on the tensor cores
 // ---------------------------
 //
@@ -1540,18 +1564,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   if (tid < kThreads) {
     // As decode_split_kernel: q planes as MMA A fragments, per-row values; zeroed weights (rows
     // >= G stay zero) and row sums.
-    for (int e = tid; e < nrb * 2 * NP * 32; e += kThreads) {
-      const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
-      const int r = 8 * rb + (ln >> 2);
-      const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
-      uint4 a = make_uint4(0u, 0u, 0u, 0u);
-      if (r < G) {
-        const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
-        const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
-        a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
-      }
-      qfrag[e] = a;
-    }
+    load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
     for (int g = tid; g < G; g += kThreads) {
       sq[g] = ws.sq[row0 + g];
       zr[g] = ws.z[row0 + g];
@@ -1830,18 +1843,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     s_keys = s_live = s_ref = 0;
   }
   if (tid < kThreads) {
-    for (int e = tid; e < nrb * 2 * NP * 32; e += kThreads) {
-      const int ln = e % 32, sl = (e / 32) % (2 * NP), rb = e / (32 * 2 * NP);
-      const int r = 8 * rb + (ln >> 2);
-      const int o = 16 * ((ln & 3) + 4 * (sl >> 1)) + 8 * (sl & 1);
-      uint4 a = make_uint4(0u, 0u, 0u, 0u);
-      if (r < G) {
-        const uint32_t *qa32 = reinterpret_cast<const uint32_t *>(ws.qa + (row0 + r) * D + o);
-        const uint32_t *qb32 = reinterpret_cast<const uint32_t *>(ws.qb + (row0 + r) * D + o);
-        a = make_uint4(qa32[0], qb32[0], qa32[1], qb32[1]);
-      }
-      qfrag[e] = a;
-    }
+    load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
     for (int g = tid; g < G; g += kThreads) {
       const float z = ws.z[row0 + g];
       sq[g] = ws.sq[row0 + g];

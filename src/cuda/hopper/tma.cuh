@@ -63,17 +63,6 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
       : "memory");
 }
 
-// A contiguous run of global memory into shared memory (cp.async.bulk, no tensor map): both
-// addresses 16-byte aligned, bytes a multiple of 16; completes on `bar` like a tensor load.
-__device__ __forceinline__ void bulk_load_1d(void *dst, const void *src, uint32_t bytes,
-                                             uint64_t *bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy
 // (TMA, bulk copies and wgmma operand reads).
 __device__ __forceinline__ void fence_proxy_async() {
