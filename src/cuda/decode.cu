@@ -448,37 +448,32 @@ __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, con
   }
 }
 
-// Four integer dots of 16 bytes: q planes (x1, x2) against key planes (ka, kb).
-__device__ __forceinline__ void dot4_16(const int4 &x1, const int4 &x2, const int4 &ka,
-                                        const int4 &kb, int32_t &aa, int32_t &ba, int32_t &ab,
-                                        int32_t &bb) {
-  aa = __dp4a(x1.x, ka.x, aa);
-  aa = __dp4a(x1.y, ka.y, aa);
-  aa = __dp4a(x1.z, ka.z, aa);
-  aa = __dp4a(x1.w, ka.w, aa);
-  ba = __dp4a(x2.x, ka.x, ba);
-  ba = __dp4a(x2.y, ka.y, ba);
-  ba = __dp4a(x2.z, ka.z, ba);
-  ba = __dp4a(x2.w, ka.w, ba);
-  ab = __dp4a(x1.x, kb.x, ab);
-  ab = __dp4a(x1.y, kb.y, ab);
-  ab = __dp4a(x1.z, kb.z, ab);
-  ab = __dp4a(x1.w, kb.w, ab);
-  bb = __dp4a(x2.x, kb.x, bb);
-  bb = __dp4a(x2.y, kb.y, bb);
-  bb = __dp4a(x2.z, kb.z, bb);
-  bb = __dp4a(x2.w, kb.w, bb);
+// c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
+// (PTX ISA, "Matrix Fragments for mma.m16n8k32"), lane = 4 g + t: A a0 = (row g, k 4t..4t+3),
+// a1 = (row g + 8, same k), a2 = (row g, k 16 + 4t..), a3 = (row g + 8, k 16 + 4t..);
+// B b0 = (col g, k 4t..4t+3), b1 = (col g, k 16 + 4t..); C c0, c1 = (row g, cols 2t, 2t + 1),
+// c2, c3 = (row g + 8, same cols). An integer dot does not depend on the order of k, so each
+// lane may feed any 8 bytes of its key as long as its A registers hold the q bytes at the
+// same positions (the split kernel's qfrag).
+__device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
 // grid (Hkv, B, row blocks), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
 // placed by one thread each (plan_sample_shape), q rows are quantised one warp each, the
-// sample's fine logits one thread per slot (all rows of the step), and each row's Z one warp
+// sample's fine logits on the int8 tensor cores (each warp 32 slots x the step's rows; on dp4a,
+// one thread per slot, they were most of the front's time at large batch), and each row's Z one warp
 // (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
+// Three blocks per SM (D <= 128): the front is a chain of dependent loads, so resident blocks
+// are what hide it. D 256 spilled under that bound.
 template <int E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
   pdl_wait();
@@ -488,6 +483,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float x8[kFrontRows][kZSlots];
   __shared__ float s_sq[kFrontRows];
   __shared__ int32_t s_key[kZSlots];
+  __shared__ int64_t s_kr[kZSlots];
+  __shared__ float s_sk[kZSlots];
   __shared__ int32_t s_heavy[kHeavyKeys];
   __shared__ __align__(16) unsigned char shape_raw[sizeof(ZSampleShape)];
   ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
@@ -528,11 +525,40 @@ __global__ void __launch_bounds__(kThreads)
     if (slot >= 0) s_key[slot] = 1 + tid;
   }
   __syncthreads();
-  int64_t kr = 0;
-  float sk = 0.0f;
+  // Slot tid's key row and scale, for the warps' tiles below.
   if (tid < n) {
-    kr = key_row(c, b, hk, s_key[tid]);
-    sk = bf16_bits_to_float(c.k_scale[kr]);
+    const int64_t kr = key_row(c, b, hk, s_key[tid]);
+    s_kr[tid] = kr;
+    s_sk[tid] = bf16_bits_to_float(c.k_scale[kr]);
+  }
+  __syncthreads();
+  // The sample's fine logits on the int8 tensor cores (mma.m16n8k32, as the split kernels): warp
+  // w takes slots 32 w .. 32 w + 31 as 4 tiles of 8 keys (B: lane (g, t) feeds key 8 tile + g's
+  // bytes 16 (t + 4 i) .. + 15, NP pieces per plane), A = the step's q planes (row g plane A, row
+  // g + 8 plane B, the same byte positions). The integer dots are exact, so the logits are the
+  // reference's bits. D 64: the key pieces are loaded once, before the first row step (at D 128 holding them
+  // all spilled under the bound of three blocks per SM).
+  constexpr int NP = D / 64;
+  constexpr int kTiles = kZSlots / (8 * kFrontRows);
+  constexpr bool kHoist = NP == 1;
+  const int mg = lane >> 2, mt = lane & 3;
+  int4 ka[kHoist ? kTiles : 1][NP], kb[kHoist ? kTiles : 1][NP];
+  auto load_tile = [&](int tile, int4 (&pa)[NP], int4 (&pb)[NP]) {
+    const int slot = 32 * warp + 8 * tile + mg;
+    const int4 *ra = nullptr, *rb = nullptr;
+    if (slot < n) {
+      ra = reinterpret_cast<const int4 *>(c.k_a + s_kr[slot] * D);
+      rb = reinterpret_cast<const int4 *>(c.k_b + s_kr[slot] * D);
+    }
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      pa[i] = ra != nullptr ? ra[mt + 4 * i] : make_int4(0, 0, 0, 0);
+      pb[i] = rb != nullptr ? rb[mt + 4 * i] : make_int4(0, 0, 0, 0);
+    }
+  };
+  if constexpr (kHoist) {
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile) load_tile(tile, ka[tile], kb[tile]);
   }
   for (int g0 = g_begin; g0 < g_end; g0 += kFrontRows) {
     const int rows = min(kFrontRows, g_end - g0);
@@ -540,28 +566,47 @@ __global__ void __launch_bounds__(kThreads)
       quantise_q_row_warp<E>(c, q, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
                              &s_sq[warp]);
     __syncthreads();
-    if (tid < n) {  // fine logits of slot tid against the step's rows
-      int32_t aa[kFrontRows], ba[kFrontRows], ab[kFrontRows], bb[kFrontRows];
+    uint4 qf[2 * NP];  // A fragments: zero for rows >= rows (their smem holds no step's q)
 #pragma unroll
-      for (int r = 0; r < kFrontRows; ++r) aa[r] = ba[r] = ab[r] = bb[r] = 0;
-      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + kr * D);
-      const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + kr * D);
-#pragma unroll 4
-      for (int i = 0; i < D / 16; ++i) {
-        const int4 ka = pa[i], kb = pb[i];
-#pragma unroll
-        for (int r = 0; r < kFrontRows; ++r)
-          if (r < rows) {
-            const int4 x1 = reinterpret_cast<const int4 *>(qa8[r])[i];
-            const int4 x2 = reinterpret_cast<const int4 *>(qb8[r])[i];
-            dot4_16(x1, x2, ka, kb, aa[r], ba[r], ab[r], bb[r]);
-          }
+    for (int sl = 0; sl < 2 * NP; ++sl) {
+      const int o = 16 * (mt + 4 * (sl >> 1)) + 8 * (sl & 1);
+      qf[sl] = make_uint4(0u, 0u, 0u, 0u);
+      if (mg < rows) {
+        const uint32_t *pa = reinterpret_cast<const uint32_t *>(qa8[mg] + o);
+        const uint32_t *pb = reinterpret_cast<const uint32_t *>(qb8[mg] + o);
+        qf[sl] = make_uint4(pa[0], pb[0], pa[1], pb[1]);
       }
+    }
 #pragma unroll
-      for (int r = 0; r < kFrontRows; ++r)
-        if (r < rows)
-          x8[r][tid] =
-              fine_logit(aa[r], ba[r], ab[r], bb[r], logit_multiplier(s_sq[r], sk, 16 + log2d));
+    for (int tile = 0; tile < kTiles; ++tile) {
+      const int base = 32 * warp + 8 * tile;
+      if (base >= n) break;  // warp-uniform
+      int4 la[NP], lb[NP];
+      if constexpr (kHoist) {
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+          la[i] = ka[tile][i];
+          lb[i] = kb[tile][i];
+        }
+      } else {
+        load_tile(tile, la, lb);
+      }
+      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        mma_s8(ca, qf[2 * i], la[i].x, la[i].y);
+        mma_s8(ca, qf[2 * i + 1], la[i].z, la[i].w);
+        mma_s8(cb, qf[2 * i], lb[i].x, lb[i].y);
+        mma_s8(cb, qf[2 * i + 1], lb[i].z, lb[i].w);
+      }
+      // C: row mg (plane A: c0, c1; plane B: c2, c3) x slots base + 2 mt + j.
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int slot = base + 2 * mt + j;
+        if (mg < rows && slot < n)
+          x8[mg][slot] = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                    logit_multiplier(s_sq[mg], s_sk[slot], 16 + log2d));
+      }
     }
     __syncthreads();
     if (warp < rows) {
@@ -802,19 +847,6 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
   return r;
 }
 
-// c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
-// (PTX ISA, "Matrix Fragments for mma.m16n8k32"), lane = 4 g + t: A a0 = (row g, k 4t..4t+3),
-// a1 = (row g + 8, same k), a2 = (row g, k 16 + 4t..), a3 = (row g + 8, k 16 + 4t..);
-// B b0 = (col g, k 4t..4t+3), b1 = (col g, k 16 + 4t..); C c0, c1 = (row g, cols 2t, 2t + 1),
-// c2, c3 = (row g + 8, same cols). An integer dot does not depend on the order of k, so each
-// lane may feed any 8 bytes of its key as long as its A registers hold the q bytes at the
-// same positions (the split kernel's qfrag).
-__device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
 
 // A split's read statistics: pass 0 into its group's counters (decode_fixup_z_kernel adds them
 // once the guard's verdict is final), pass 1 (recomputed groups) straight into `stats`.
@@ -2126,8 +2158,16 @@ __global__ void __launch_bounds__(kRingThreads, 2)
 // or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
 // group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
 // pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
-constexpr int kCombineBatch = 64;  // splits staged in shared memory at a time
-constexpr size_t kCombineSmem = static_cast<size_t>(kCombineBatch) * kThreads * 4;
+constexpr int kCombineBatch = 64;  // at most this many splits staged in shared memory at a time
+// Splits staged at a time for a workspace of S splits per row, and the shared memory that takes:
+// sized by S, not by kCombineBatch, so that short caches keep several blocks per SM (64 KB for
+// every block held three per SM; the batch changes no sum's order, so no bit).
+__host__ __device__ constexpr int combine_batch(int S) {
+  return S < kCombineBatch ? (S < 1 ? 1 : S) : kCombineBatch;
+}
+inline size_t combine_smem_bytes(int S) {
+  return static_cast<size_t>(combine_batch(S)) * kThreads * 4;
+}
 
 __global__ void __launch_bounds__(kThreads)
     decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
@@ -2157,6 +2197,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
+  const int batch = combine_batch(S);  // the dynamic shared memory holds this many splits
   const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
   // Every sum runs over the splits in split order, one thread per sum (the reference's order).
   // The partials of kCombineBatch splits are first staged in shared memory, all copies in
@@ -2164,8 +2205,8 @@ __global__ void __launch_bounds__(kThreads)
   // so a sum waits one memory latency per batch instead of one per few splits.
   float n = 0.0f, t = 0.0f, tl = 0.0f;
   const int pieces = nrows * D / 4;  // 16-byte pieces of one split's N rows
-  for (int sb = 0; sb < nsplit; sb += kCombineBatch) {
-    const int ns = min(kCombineBatch, nsplit - sb);
+  for (int sb = 0; sb < nsplit; sb += batch) {
+    const int ns = min(batch, nsplit - sb);
     for (int i = tid; i < ns * pieces; i += kThreads) {
       const int si = i / pieces, pc = i % pieces;
       const int ge = 4 * pc;  // element offset inside the block's rows
@@ -2414,8 +2455,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                           : (mma ? decode_split_kernel<4, true> : decode_split_kernel<4, false>);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
                        "decode_split_kernel");
+  const size_t combine_smem = combine_smem_bytes(w.splits);
   set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
-                       static_cast<int>(kCombineSmem), "decode_combine2_kernel");
+                       static_cast<int>(combine_smem), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
@@ -2466,7 +2508,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     else
       launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
                c, p, ws, pass, stats);
-    launch_k(decode_combine2_kernel, cgrid, dim3(kThreads), kCombineSmem, stream, pdl,
+    launch_k(decode_combine2_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
              "decode_combine2_kernel launch", c, p, ws, out, lse, pass);
     if (pass == 0)
       launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
