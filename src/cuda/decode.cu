@@ -379,8 +379,15 @@ struct Ws {
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
   unsigned long long *gcnt;  // [B * Hkv][5]: keys, live, refine, v_refine, bytes (pass 0)
+  int32_t *nflag, *flist;    // the flagged groups (pass 1 runs over this list)
   int32_t splits;
 };
+
+// Flags group grp for pass 1: the first to flag it appends it to the list. The list's order
+// depends on timing, but no value does: pass 1 computes each listed group alone.
+__device__ __forceinline__ void flag_group(const Ws &ws, int64_t grp) {
+  if (atomicOr(&ws.flag[grp], 1) == 0) ws.flist[atomicAdd(ws.nflag, 1)] = static_cast<int32_t>(grp);
+}
 
 enum Stat { kKeys = 0, kLive, kRefine, kVRefine, kRows, kFixupRows, kBytes };
 
@@ -467,8 +474,8 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // grid (Hkv, B, row blocks), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
 // placed by one thread each (plan_sample_shape), q rows are quantised one warp each, the
 // sample's fine logits on the int8 tensor cores (each warp 32 slots x the step's rows; on dp4a,
-// one thread per slot, they were most of the front's time at large batch), and each row's Z one warp
-// (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
+// one thread per slot, they were most of the front's time at large batch), and each row's Z one
+// warp (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
 // Three blocks per SM (D <= 128): the front is a chain of dependent loads, so resident blocks
 // are what hide it. D 256 spilled under that bound.
@@ -536,14 +543,14 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
   // w takes slots 32 w .. 32 w + 31 as 4 tiles of 8 keys (B: lane (g, t) feeds key 8 tile + g's
   // bytes 16 (t + 4 i) .. + 15, NP pieces per plane), A = the step's q planes (row g plane A, row
   // g + 8 plane B, the same byte positions). The integer dots are exact, so the logits are the
-  // reference's bits. D 64: the key pieces are loaded once, before the first row step (at D 128 holding them
-  // all spilled under the bound of three blocks per SM).
+  // reference's bits. D 64: the key pieces are loaded once, before the first row step (at D 128
+  // holding them all spilled under the bound of three blocks per SM).
   constexpr int NP = D / 64;
   constexpr int kTiles = kZSlots / (8 * kFrontRows);
   constexpr bool kHoist = NP == 1;
   const int mg = lane >> 2, mt = lane & 3;
   int4 ka[kHoist ? kTiles : 1][NP], kb[kHoist ? kTiles : 1][NP];
-  auto load_tile = [&](int tile, int4 (&pa)[NP], int4 (&pb)[NP]) {
+  auto load_tile = [&](int tile, int4(&pa)[NP], int4(&pb)[NP]) {
     const int slot = 32 * warp + 8 * tile + mg;
     const int4 *ra = nullptr, *rb = nullptr;
     if (slot < n) {
@@ -847,7 +854,6 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
   return r;
 }
 
-
 // A split's read statistics: pass 0 into its group's counters (decode_fixup_z_kernel adds them
 // once the guard's verdict is final), pass 1 (recomputed groups) straight into `stats`.
 __device__ __forceinline__ void add_split_stats(const fold_kvcache_t &c, const Ws &ws,
@@ -1025,15 +1031,14 @@ __device__ __forceinline__ void for_each_pv_part(int warp, int lane, int NS, int
   }
 }
 
-// grid (splits, Hkv, B), 256 threads, D = 64 NP. Pass 0: every group; pass 1: only the
-// groups the guard flagged. MMA (bf16 / fp16 V): the value product on the tensor cores
-// (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8) one fma
-// per key, row and column in the reference's order.
+// Split s of group (b, hk), 256 threads, D = 64 NP (decode_split_kernel's item). Pass 0: every
+// group; pass 1: only the groups the guard flagged. MMA (bf16 / fp16 V): the value product on the
+// tensor cores (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8)
+// one fma per key, row and column in the reference's order.
 template <int NP, bool MMA>
-__global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
-    decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                        const int pass, int64_t *stats) {
-  pdl_wait();
+__device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                           const Ws &ws, const int pass, int64_t *stats,
+                                           const int s, const int hk, const int b) {
   constexpr int D = 64 * NP;
   constexpr int WS = kWS;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1044,7 +1049,6 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
   __shared__ float s_e4m3[256];                           // v8: e4m3_to_float of every byte
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];      // cache row of each chunk
   __shared__ __align__(16) uint16_t s_scale[kSplitKeys];  // the split's key scales (bf16 bits)
-  const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
@@ -1465,6 +1469,29 @@ __global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
                           static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
     add_split_stats(c, ws, stats, pass, b, hk, s_keys, s_live, s_ref, s_vref, bytes);
   }
+}
+
+// grid (splits, Hkv, B): split blockIdx.x of group (blockIdx.z, blockIdx.y) (pass 0). LIST
+// (pass 1): grid (splits, K); block (s, k) runs split s of the flagged groups k, k + K, ... of
+// the guard's list, one after the other: the grid does not depend on how many groups were
+// flagged, and a step where none was costs a few hundred blocks that exit at once instead of
+// a whole pass-0 grid.
+template <int NP, bool MMA, bool LIST>
+__global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
+    decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                        const int pass, int64_t *stats) {
+  pdl_wait();
+  if constexpr (LIST) {
+    const int nflag = *ws.nflag;
+    for (int j = blockIdx.y; j < nflag; j += gridDim.y) {
+      const int32_t grp = ws.flist[j];
+      __syncthreads();  // the previous item's reads of the shared memory are done
+      split_item<NP, MMA>(c, p, ws, pass, stats, blockIdx.x, grp % c.n_kv_heads,
+                          grp / c.n_kv_heads);
+    }
+  } else {
+    split_item<NP, MMA>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  }
   pdl_trigger();
 }
 
@@ -1561,8 +1588,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
-  if (s0 >= L) return;
-  if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
+  if (s0 >= L) return;  // (pass 0 only: pass 1 runs the plain split)
   const int32_t s1 = min(L, s0 + kSplitKeys);
   const int H = p.n_heads, G = H / c.n_kv_heads;
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -2152,7 +2178,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
 
 // ---- combine (+ guard) --------------------------------------------------------------
 
-// grid (Hkv, B, ceil(G D / 256)), thread per (row, column) of the group: each block sums its
+// Block zb of group (b, hk)'s combine, thread per (row, column) of the group: each block sums its
 // whole rows' T and T_lse (splits in order) and its elements' N over the splits in order, and
 // writes o. Guard: rows outside the window
 // or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
@@ -2169,15 +2195,14 @@ inline size_t combine_smem_bytes(int S) {
   return static_cast<size_t>(combine_batch(S)) * kThreads * 4;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                           const fold_tensor_t out, float *lse, const int pass) {
-  pdl_wait();
+__device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                             const Ws &ws, const fold_tensor_t &out, float *lse,
+                                             const int pass, const int hk, const int b,
+                                             const int zb) {
   extern __shared__ __align__(16) unsigned char combine_smem[];
-  float *sn = reinterpret_cast<float *>(combine_smem);  // [kCombineBatch][kThreads]: N partials
+  float *sn = reinterpret_cast<float *>(combine_smem);  // [batch][kThreads]: N partials
   __shared__ float s_pt[4][kCombineBatch], s_ptl[4][kCombineBatch];  // T, T_lse partials
   __shared__ float s_t[4], s_tl[4];
-  const int hk = blockIdx.x, b = blockIdx.y, zb = blockIdx.z;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int32_t L = c.lengths[b];
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
@@ -2237,7 +2262,7 @@ __global__ void __launch_bounds__(kThreads)
     if (pass == 0 &&
         !(t >= exp2i(kGuardLoLog2) && t <= exp2i(pf16 ? kGuardHiLog2F16 : kGuardHiLog2Bf16))) {
       atomicOr(&ws.bad[row0 + g], 1);
-      atomicOr(&ws.flag[grp], 1);
+      flag_group(ws, grp);
     }
   }
   __syncthreads();
@@ -2245,7 +2270,7 @@ __global__ void __launch_bounds__(kThreads)
     const int g = e / D, d = e % D;
     if (pass == 0 && !isfinite(n)) {
       atomicOr(&ws.bad[row0 + g], 1);
-      atomicOr(&ws.flag[grp], 1);
+      flag_group(ws, grp);
     }
     const float tg = s_t[g - g0];
     const bool ok = tg > 0.0f && isfinite(tg);
@@ -2259,6 +2284,25 @@ __global__ void __launch_bounds__(kThreads)
     const bool ok = tg > 0.0f && isfinite(tg);
     lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
                        : __uint_as_float(0xff800000u);
+  }
+}
+
+// grid (Hkv, B, ceil(G D / 256)) (pass 0). LIST (pass 1): grid (K, 1, ceil(G D / 256)); block
+// (k, 0, z) combines the flagged groups k, k + K, ... of the guard's list.
+template <bool LIST>
+__global__ void __launch_bounds__(kThreads)
+    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                           const fold_tensor_t out, float *lse, const int pass) {
+  pdl_wait();
+  if constexpr (LIST) {
+    const int nflag = *ws.nflag;
+    for (int j = blockIdx.x; j < nflag; j += gridDim.x) {
+      const int32_t grp = ws.flist[j];
+      __syncthreads();  // the previous item's reads of s_t / s_tl are done
+      combine_item(c, p, ws, out, lse, pass, grp % c.n_kv_heads, grp / c.n_kv_heads, blockIdx.z);
+    }
+  } else {
+    combine_item(c, p, ws, out, lse, pass, blockIdx.x, blockIdx.y, blockIdx.z);
   }
   pdl_trigger();
 }
@@ -2354,6 +2398,8 @@ Ws carve(const DecodeWorkspace &w) {
   ws.part_tl = w.part_tl;
   ws.flag = w.flag;
   ws.gcnt = reinterpret_cast<unsigned long long *>(w.gcnt);
+  ws.nflag = w.nflag;
+  ws.flist = w.flist;
   ws.splits = w.splits;
   return ws;
 }
@@ -2397,6 +2443,17 @@ RingKernel ring_kernel(int D, int G, bool f16) {
   const int nrb = (G + 7) / 8;
   if (D == 64) return f16 ? ring_kernel_rb<1, true>(nrb) : ring_kernel_rb<1, false>(nrb);
   return f16 ? ring_kernel_rb<2, true>(nrb) : ring_kernel_rb<2, false>(nrb);
+}
+
+// The plain split's instance: head dim, value product on MMA (bf16 / fp16 V) or fma (v8),
+// pass 0's grid or pass 1's list.
+template <bool LIST>
+auto plain_split_kernel(int head_dim, bool mma) {
+  return head_dim == 64
+             ? (mma ? decode_split_kernel<1, true, LIST> : decode_split_kernel<1, false, LIST>)
+         : head_dim == 128
+             ? (mma ? decode_split_kernel<2, true, LIST> : decode_split_kernel<2, false, LIST>)
+             : (mma ? decode_split_kernel<4, true, LIST> : decode_split_kernel<4, false, LIST>);
 }
 
 // A decode kernel launch, with programmatic stream serialization unless FOLD_DECODE_PDL=0
@@ -2449,14 +2506,16 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
            cmul, p.n_heads, ws, stats, rows_per_cta);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
-  auto split =
-      c.head_dim == 64    ? (mma ? decode_split_kernel<1, true> : decode_split_kernel<1, false>)
-      : c.head_dim == 128 ? (mma ? decode_split_kernel<2, true> : decode_split_kernel<2, false>)
-                          : (mma ? decode_split_kernel<4, true> : decode_split_kernel<4, false>);
+  const auto split = plain_split_kernel<false>(c.head_dim, mma);
+  const auto split_list = plain_split_kernel<true>(c.head_dim, mma);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
                        "decode_split_kernel");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(split_list), static_cast<int>(smem),
+                       "decode_split_kernel");
   const size_t combine_smem = combine_smem_bytes(w.splits);
-  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
+  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel<false>),
+                       static_cast<int>(combine_smem), "decode_combine2_kernel");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel<true>),
                        static_cast<int>(combine_smem), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
@@ -2498,22 +2557,29 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
       vmap = encode_tiled_16bit(c.v, 2, vdims, vstrides, vbox, CU_TENSOR_MAP_SWIZZLE_128B);
     }
   }
-  for (int pass = 0; pass < 2; ++pass) {
-    if (ring)
-      launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
-               "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, pass, stats);
-    else if (screen)
-      launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
-               "decode_split_screen_kernel launch", amap, smap, c, p, ws, pass, stats);
-    else
-      launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch",
-               c, p, ws, pass, stats);
-    launch_k(decode_combine2_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
-             "decode_combine2_kernel launch", c, p, ws, out, lse, pass);
-    if (pass == 0)
-      launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
-               "decode_fixup_z_kernel launch", c, p, ws, stats);
-  }
+  // Pass 0: every group.
+  if (ring)
+    launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
+             "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats);
+  else if (screen)
+    launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
+             "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
+  else
+    launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
+             p, ws, 0, stats);
+  launch_k(decode_combine2_kernel<false>, cgrid, dim3(kThreads), combine_smem, stream, pdl,
+           "decode_combine2_kernel launch", c, p, ws, out, lse, 0);
+  launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
+           "decode_fixup_z_kernel launch", c, p, ws, stats);
+  // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
+  // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) on a grid
+  // of a fixed size (K groups at a time): a function of the cache's shape only.
+  const int k_split = std::max(1, std::min(groups, 2 * sm_count() / std::max(1, w.splits)));
+  const int k_combine = std::max(1, std::min(groups, sm_count()));
+  launch_k(split_list, dim3(w.splits, k_split), dim3(kThreads), smem, stream, pdl,
+           "decode_split_kernel launch", c, p, ws, 1, stats);
+  launch_k(decode_combine2_kernel<true>, dim3(k_combine, 1, cgrid.z), dim3(kThreads), combine_smem,
+           stream, pdl, "decode_combine2_kernel launch", c, p, ws, out, lse, 1);
 }
 
 }  // namespace fold::cuda

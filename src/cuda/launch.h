@@ -91,7 +91,9 @@ struct DecodeWorkspace {
   int32_t *flag;
   int64_t *gcnt;
   int32_t *done;
-  size_t gcnt_bytes;  // gcnt and done
+  int32_t *nflag;     // the number of groups the guard flagged this step
+  int32_t *flist;     // [B * Hkv]: those groups (b * Hkv + hk), in the order they were flagged
+  size_t gcnt_bytes;  // gcnt, done and nflag (zeroed every step)
   int32_t splits;
   size_t total_bytes;
 };
@@ -101,18 +103,12 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t D = static_cast<size_t>(c.head_dim);
   const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
-  const size_t gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4;  // gcnt, done
-  const size_t sizes[11] = {align256(rows * D),
-                            align256(rows * D),
-                            align256(rows * 4),
-                            align256(rows * 4),
-                            align256(rows * 4),
-                            align256(rows * splits * D * 4),
-                            align256(rows * splits * 4),
-                            align256(rows * splits * 4),
-                            align256(groups * 4),
-                            align256(gcnt_bytes),
-                            0};
+  const size_t gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4 + 4;  // + nflag
+  const size_t sizes[11] = {
+      align256(rows * D),          align256(rows * D),          align256(rows * 4),
+      align256(rows * 4),          align256(rows * 4),          align256(rows * splits * D * 4),
+      align256(rows * splits * 4), align256(rows * splits * 4), align256(groups * 4),
+      align256(gcnt_bytes),        align256(groups * 4)};
   DecodeWorkspace w{};
   w.splits = splits;
   w.gcnt_bytes = gcnt_bytes;
@@ -136,6 +132,8 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
     w.flag = reinterpret_cast<int32_t *>(c0 + off[8]);
     w.gcnt = reinterpret_cast<int64_t *>(c0 + off[9]);
     w.done = reinterpret_cast<int32_t *>(w.gcnt + groups * 5);
+    w.nflag = w.done + c.batch;
+    w.flist = reinterpret_cast<int32_t *>(c0 + off[10]);
   }
   return w;
 }

@@ -349,6 +349,46 @@ def test_guard_fixup_matches_cpu():
         assert sg == sc, (sg, sc)
 
 
+def _needle_batch(B, Hkv, D, L):
+    # test_guard_fixup_matches_cpu's needle in every (request, KV head), at a position that
+    # depends on the request: every group's Z undershoots and the guard flags it.
+    torch.manual_seed(2)
+    u = torch.zeros(D)
+    u[0] = 1.0
+    w = torch.zeros(D)
+    w[1] = 1.0
+    k = torch.randn(B, L, Hkv, D) * 0.3
+    for j in range(100, 900, 90):
+        k[:, j] = 40.0 * w
+    for b in range(B):
+        k[b, 431 + b % 20] = 21.0 * u
+    v = torch.randn(B, L, Hkv, D)
+    return k, v, u
+
+
+@pytest.mark.parametrize("depth", [12.0, None])
+def test_guard_many_flagged_groups(depth):
+    # ~200 flagged groups (of 256): more than the pass-1 grid takes at once (at most one SM count
+    # of groups), so its blocks each recompute several groups from the guard's list, in an order
+    # that depends on timing. Every group must match the CPU reference, and a request's bits
+    # must be the same alone as in the batch.
+    B, Hkv, G, D, L = 64, 4, 2, 64, 1000
+    k, v, u = _needle_batch(B, Hkv, D, L)
+    q = (8.0 * u).expand(B, Hkv * G, D).clone().half()
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, L, depth=depth, dtype=torch.float16)
+    _fill((cpu, gpu), k.half(), v.half(), [L] * B)
+    oc, og, lc, lg, sc, sg = _compare_step(cpu, gpu, q)
+    print(f"\nfixup rows cpu {sc['fixup_rows']} gpu {sg['fixup_rows']}")
+    assert sg["fixup_rows"] > 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    for b in (7, 50):
+        alone = _make(CUDA, 1, Hkv * G, Hkv, D, L, depth=depth, dtype=torch.float16)
+        _fill((alone,), k[b : b + 1].half(), v[b : b + 1].half(), [L])
+        oa, la, sa = _step(alone, q[b : b + 1])
+        assert sa["fixup_rows"] > 0  # the group went through pass 1 alone too
+        assert torch.equal(_bits(oa[0]), _bits(og[b]))
+        assert torch.equal(_bits(la[0]), _bits(lg[b]))
+
+
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
 def test_error_against_float64(depth, v8):
     B, Hkv, G, D, L = 2, 2, 4, 128, 3000
