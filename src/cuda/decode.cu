@@ -399,16 +399,25 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
 // The butterfly stages are hadamard_unnormalised's (h = 1, 2, ...), the first log2 E in
 // registers, the rest across lanes: element j (bit h clear) gets x[j] + x[j + h], element
 // j + h gets x[j] - x[j + h], the same two roundings as the reference.
+// The lane's E elements of q row h (as loaded; quantise_q_row_warp scales them), so that a
+// kernel can issue the loads early.
 template <int E>
-__device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, const fold_tensor_t &q,
+__device__ __forceinline__ void load_q_row(const fold_kvcache_t &c, const fold_tensor_t &q, int b,
+                                           int h, float (&x)[E]) {
+  const int64_t base = b * q.batch_stride + h * q.head_stride + E * (threadIdx.x & 31);
+#pragma unroll
+  for (int e = 0; e < E; ++e) x[e] = load16(c.dtype, q.data, base + e);
+}
+
+template <int E>
+__device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, const float (&x)[E],
                                                     float cmul, int b, int h, int H, const Ws &ws,
                                                     int8_t *sa, int8_t *sb, float *s_sq) {
   constexpr int D = 32 * E;
   const int lane = threadIdx.x & 31;
   float y[E];
-  const int64_t base = b * q.batch_stride + h * q.head_stride + E * lane;
 #pragma unroll
-  for (int e = 0; e < E; ++e) y[e] = mul_rn(load16(c.dtype, q.data, base + e), cmul);
+  for (int e = 0; e < E; ++e) y[e] = mul_rn(x[e], cmul);
   constexpr int kLogE = E == 2 ? 1 : (E == 4 ? 2 : 3);
 #pragma unroll
   for (int ls = 0; ls < kLogE; ++ls) {
@@ -477,10 +486,10 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // one thread per slot, they were most of the front's time at large batch), and each row's Z one
 // warp (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
-// Three blocks per SM (D <= 128): the front is a chain of dependent loads, so resident blocks
-// are what hide it. D 256 spilled under that bound.
+// Four blocks per SM (D <= 128; 64 registers, no spills): the front is a chain of dependent loads
+// (ncu, notes/decode.md section 16), so resident blocks are what hide it. D 256 spills under it.
 template <int E>
-__global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
   pdl_wait();
@@ -496,7 +505,6 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
   __shared__ __align__(16) unsigned char shape_raw[sizeof(ZSampleShape)];
   ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
   const int hk = blockIdx.x, b = blockIdx.y;
-  const int32_t L = c.lengths[b];
   const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // This block's rows [g_begin, g_end) of the group (blockIdx.z: several blocks per group when
@@ -504,14 +512,21 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
   // whichever block computes them). Block z = 0 does the group's once-only work.
   const int g_begin = blockIdx.z * rows_per_cta, g_end = min(G, g_begin + rows_per_cta);
   const bool first_block = blockIdx.z == 0;
+  // The loads that depend on nothing are issued together (the front is a chain of dependent
+  // loads): the length, the heavy-key list and the first row step's q values.
+  const int32_t L = c.lengths[b];
+  int32_t heavy = -1;
+  if (tid < kHeavyKeys)
+    heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
+  float q0[E];
+  if (warp < min(kFrontRows, g_end - g_begin)) load_q_row<E>(c, q, b, hk * G + g_begin + warp, q0);
   // The guard state of the group, cleared for the combine (which ORs into it from several
   // blocks).
   for (int g = g_begin + tid; g < g_end; g += blockDim.x)
     ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
   if (tid == 0 && first_block) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
   if (L <= 0) return;
-  if (tid < kHeavyKeys)
-    s_heavy[tid] = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
+  if (tid < kHeavyKeys) s_heavy[tid] = heavy;
   __syncthreads();
   if (tid == 0) {
     plan_sample_shape(L, s_heavy, sh);
@@ -543,35 +558,23 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
   // w takes slots 32 w .. 32 w + 31 as 4 tiles of 8 keys (B: lane (g, t) feeds key 8 tile + g's
   // bytes 16 (t + 4 i) .. + 15, NP pieces per plane), A = the step's q planes (row g plane A, row
   // g + 8 plane B, the same byte positions). The integer dots are exact, so the logits are the
-  // reference's bits. D 64: the key pieces are loaded once, before the first row step (at D 128
-  // holding them all spilled under the bound of three blocks per SM).
+  // reference's bits.
   constexpr int NP = D / 64;
   constexpr int kTiles = kZSlots / (8 * kFrontRows);
-  constexpr bool kHoist = NP == 1;
   const int mg = lane >> 2, mt = lane & 3;
-  int4 ka[kHoist ? kTiles : 1][NP], kb[kHoist ? kTiles : 1][NP];
-  auto load_tile = [&](int tile, int4(&pa)[NP], int4(&pb)[NP]) {
-    const int slot = 32 * warp + 8 * tile + mg;
-    const int4 *ra = nullptr, *rb = nullptr;
-    if (slot < n) {
-      ra = reinterpret_cast<const int4 *>(c.k_a + s_kr[slot] * D);
-      rb = reinterpret_cast<const int4 *>(c.k_b + s_kr[slot] * D);
-    }
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      pa[i] = ra != nullptr ? ra[mt + 4 * i] : make_int4(0, 0, 0, 0);
-      pb[i] = rb != nullptr ? rb[mt + 4 * i] : make_int4(0, 0, 0, 0);
-    }
-  };
-  if constexpr (kHoist) {
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) load_tile(tile, ka[tile], kb[tile]);
-  }
   for (int g0 = g_begin; g0 < g_end; g0 += kFrontRows) {
     const int rows = min(kFrontRows, g_end - g0);
-    if (warp < rows)
-      quantise_q_row_warp<E>(c, q, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
+    if (warp < rows) {
+      float x[E];
+      if (g0 == g_begin) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[e] = q0[e];
+      } else {
+        load_q_row<E>(c, q, b, hk * G + g0 + warp, x);
+      }
+      quantise_q_row_warp<E>(c, x, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
                              &s_sq[warp]);
+    }
     __syncthreads();
     uint4 qf[2 * NP];  // A fragments: zero for rows >= rows (their smem holds no step's q)
 #pragma unroll
@@ -589,14 +592,16 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 3)
       const int base = 32 * warp + 8 * tile;
       if (base >= n) break;  // warp-uniform
       int4 la[NP], lb[NP];
-      if constexpr (kHoist) {
+      {
+        const int slot = base + mg;  // this lane's key (B column mg)
+        const int64_t kr = slot < n ? s_kr[slot] : -1;
 #pragma unroll
         for (int i = 0; i < NP; ++i) {
-          la[i] = ka[tile][i];
-          lb[i] = kb[tile][i];
+          la[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_a + kr * D)[mt + 4 * i]
+                          : make_int4(0, 0, 0, 0);
+          lb[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_b + kr * D)[mt + 4 * i]
+                          : make_int4(0, 0, 0, 0);
         }
-      } else {
-        load_tile(tile, la, lb);
       }
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -2309,39 +2314,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
-// grid (Hkv, B). Also adds the group's pass-0 read statistics (it runs after the combine, so
-// it sees the final guard flag).
-__global__ void __launch_bounds__(kThreads)
-    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                          int64_t *stats) {
-  pdl_wait();
-  __shared__ __align__(16) int8_t qa[256];
-  __shared__ __align__(16) int8_t qb[256];
-  __shared__ float buf[kThreads];
-  __shared__ float red[kThreads / 32];
-  const int hk = blockIdx.x, b = blockIdx.y;
-  const int32_t L = c.lengths[b];
-  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
-  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
-  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  if (L > 0 && tid == 0) {
-    int nbad = 0;
-    for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
-    const unsigned long long *gc = ws.gcnt + grp * 5;
-    stat_add(stat_ptr(stats, kRows), G);
-    if (nbad > 0) {
-      stat_add(stat_ptr(stats, kFixupRows), nbad);
-      stat_add(stat_ptr(stats, kBytes),
-               static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
-    } else {
-      stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
-      stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
-      stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
-      stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
-      stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
-    }
-  }
-  if (L <= 0 || ws.flag[grp] == 0) return;
+// Z of group (b, hk)'s flagged rows: the exact LSE over the coarse logits of every key (the
+// whole block; qa, qb, buf, red: its shared memory).
+__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                            const Ws &ws, int8_t *qa, int8_t *qb, float *buf,
+                                            float *red, int b, int hk, int32_t L, int64_t row0) {
+  const int D = c.head_dim, G = p.n_heads / c.n_kv_heads, tid = threadIdx.x;
+  if (L <= 0) return;
   const int log2d = log2_pow2(D);
   for (int g = 0; g < G; ++g) {
     if (ws.bad[row0 + g] == 0) continue;  // uniform
@@ -2382,6 +2361,59 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (tid == 0) ws.z[row0 + g] = add_rn(m, log2_fp(sum));
     __syncthreads();
+  }
+}
+
+// grid (K): block k adds the pass-0 read statistics of groups [256 k, 256 k + 256) (it runs
+// after the combine, so it sees the final guard flags), one thread per group, summed in the block
+// (integers: any order gives the same sums), then one atomic per counter and block instead of
+// one per counter and group; and recomputes Z of the flagged groups k, k + K, ... of the guard's
+// list (a grid fixed by the cache's shape, as pass 1's).
+__global__ void __launch_bounds__(kThreads)
+    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          int64_t *stats) {
+  pdl_wait();
+  __shared__ __align__(16) int8_t qa[256];
+  __shared__ __align__(16) int8_t qb[256];
+  __shared__ float buf[kThreads];
+  __shared__ float red[kThreads / 32];
+  __shared__ unsigned long long s_stat[7];
+  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
+  const int groups = c.batch * c.n_kv_heads;
+  if (blockIdx.x * kThreads < static_cast<unsigned>(groups)) {
+    if (tid < 7) s_stat[tid] = 0ull;
+    __syncthreads();
+    const int grp = blockIdx.x * kThreads + tid;
+    const int32_t L = grp < groups ? c.lengths[grp / c.n_kv_heads] : 0;
+    if (L > 0) {
+      const int64_t row0 = static_cast<int64_t>(grp / c.n_kv_heads) * H + (grp % c.n_kv_heads) * G;
+      int nbad = 0;
+      for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
+      const unsigned long long *gc = ws.gcnt + static_cast<int64_t>(grp) * 5;
+      atomicAdd(&s_stat[kRows], static_cast<unsigned long long>(G));
+      if (nbad > 0) {
+        atomicAdd(&s_stat[kFixupRows], static_cast<unsigned long long>(nbad));
+        atomicAdd(&s_stat[kBytes], gc[4] + static_cast<unsigned long long>(L) * (D + 2));
+      } else {
+        atomicAdd(&s_stat[kKeys], gc[0]);
+        atomicAdd(&s_stat[kLive], gc[1]);
+        atomicAdd(&s_stat[kRefine], gc[2]);
+        atomicAdd(&s_stat[kVRefine], gc[3]);
+        atomicAdd(&s_stat[kBytes], gc[4]);
+      }
+    }
+    __syncthreads();
+    if (tid < 7 && s_stat[tid] != 0ull)
+      stat_add(stat_ptr(stats, tid), static_cast<int64_t>(s_stat[tid]));
+  }
+  const int nflag = *ws.nflag;
+  for (int j = blockIdx.x; j < nflag; j += gridDim.x) {
+    const int32_t grp = ws.flist[j];
+    const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
+    const int32_t L = c.lengths[b];
+    const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+    __syncthreads();  // the previous group's reads of the shared memory are done
+    fixup_group(c, p, ws, qa, qb, buf, red, b, hk, L, row0);
   }
   pdl_trigger();
 }
@@ -2491,7 +2523,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   }
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
-  const dim3 group_grid(c.n_kv_heads, c.batch);
   // Front rows per block: a warp per row and 8 rows per block when the groups alone fill the
   // GPU; else one row per block, so that a small batch's front spreads over more SMs (its
   // sample is then read once per row, from L2). Scheduling only: no value depends on it.
@@ -2569,7 +2600,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
              p, ws, 0, stats);
   launch_k(decode_combine2_kernel<false>, cgrid, dim3(kThreads), combine_smem, stream, pdl,
            "decode_combine2_kernel launch", c, p, ws, out, lse, 0);
-  launch_k(decode_fixup_z_kernel, group_grid, dim3(kThreads), 0, stream, pdl,
+  const int fixup_blocks =
+      std::max((groups + kThreads - 1) / kThreads, std::max(1, std::min(groups, sm_count())));
+  launch_k(decode_fixup_z_kernel, dim3(fixup_blocks), dim3(kThreads), 0, stream, pdl,
            "decode_fixup_z_kernel launch", c, p, ws, stats);
   // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
   // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) on a grid
