@@ -395,10 +395,6 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
   return stats == nullptr ? nullptr : reinterpret_cast<unsigned long long *>(stats) + i;
 }
 
-// Quantises q row h in one warp: lane owns elements [E * lane, E * lane + E) (D = 32 E).
-// The butterfly stages are hadamard_unnormalised's (h = 1, 2, ...), the first log2 E in
-// registers, the rest across lanes: element j (bit h clear) gets x[j] + x[j + h], element
-// j + h gets x[j] - x[j + h], the same two roundings as the reference.
 // The lane's E elements of q row h (as loaded; quantise_q_row_warp scales them), so that a
 // kernel can issue the loads early.
 template <int E>
@@ -409,6 +405,10 @@ __device__ __forceinline__ void load_q_row(const fold_kvcache_t &c, const fold_t
   for (int e = 0; e < E; ++e) x[e] = load16(c.dtype, q.data, base + e);
 }
 
+// Quantises q row h in one warp: lane owns elements [E * lane, E * lane + E) (D = 32 E).
+// The butterfly stages are hadamard_unnormalised's (h = 1, 2, ...), the first log2 E in
+// registers, the rest across lanes: element j (bit h clear) gets x[j] + x[j + h], element
+// j + h gets x[j] - x[j + h], the same two roundings as the reference.
 template <int E>
 __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, const float (&x)[E],
                                                     float cmul, int b, int h, int H, const Ws &ws,
@@ -2314,13 +2314,39 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
-// Z of group (b, hk)'s flagged rows: the exact LSE over the coarse logits of every key (the
-// whole block; qa, qb, buf, red: its shared memory).
-__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
-                                            const Ws &ws, int8_t *qa, int8_t *qb, float *buf,
-                                            float *red, int b, int hk, int32_t L, int64_t row0) {
-  const int D = c.head_dim, G = p.n_heads / c.n_kv_heads, tid = threadIdx.x;
-  if (L <= 0) return;
+// grid (Hkv, B). Also adds the group's pass-0 read statistics (it runs after the combine, so
+// it sees the final guard flag).
+__global__ void __launch_bounds__(kThreads)
+    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          int64_t *stats) {
+  pdl_wait();
+  __shared__ __align__(16) int8_t qa[256];
+  __shared__ __align__(16) int8_t qb[256];
+  __shared__ float buf[kThreads];
+  __shared__ float red[kThreads / 32];
+  const int hk = blockIdx.x, b = blockIdx.y;
+  const int32_t L = c.lengths[b];
+  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
+  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  if (L > 0 && tid == 0) {
+    int nbad = 0;
+    for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
+    const unsigned long long *gc = ws.gcnt + grp * 5;
+    stat_add(stat_ptr(stats, kRows), G);
+    if (nbad > 0) {
+      stat_add(stat_ptr(stats, kFixupRows), nbad);
+      stat_add(stat_ptr(stats, kBytes),
+               static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
+    } else {
+      stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
+      stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
+      stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
+      stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
+      stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
+    }
+  }
+  if (L <= 0 || ws.flag[grp] == 0) return;
   const int log2d = log2_pow2(D);
   for (int g = 0; g < G; ++g) {
     if (ws.bad[row0 + g] == 0) continue;  // uniform
@@ -2361,59 +2387,6 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
     }
     if (tid == 0) ws.z[row0 + g] = add_rn(m, log2_fp(sum));
     __syncthreads();
-  }
-}
-
-// grid (K): block k adds the pass-0 read statistics of groups [256 k, 256 k + 256) (it runs
-// after the combine, so it sees the final guard flags), one thread per group, summed in the block
-// (integers: any order gives the same sums), then one atomic per counter and block instead of
-// one per counter and group; and recomputes Z of the flagged groups k, k + K, ... of the guard's
-// list (a grid fixed by the cache's shape, as pass 1's).
-__global__ void __launch_bounds__(kThreads)
-    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                          int64_t *stats) {
-  pdl_wait();
-  __shared__ __align__(16) int8_t qa[256];
-  __shared__ __align__(16) int8_t qb[256];
-  __shared__ float buf[kThreads];
-  __shared__ float red[kThreads / 32];
-  __shared__ unsigned long long s_stat[7];
-  const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
-  const int groups = c.batch * c.n_kv_heads;
-  if (blockIdx.x * kThreads < static_cast<unsigned>(groups)) {
-    if (tid < 7) s_stat[tid] = 0ull;
-    __syncthreads();
-    const int grp = blockIdx.x * kThreads + tid;
-    const int32_t L = grp < groups ? c.lengths[grp / c.n_kv_heads] : 0;
-    if (L > 0) {
-      const int64_t row0 = static_cast<int64_t>(grp / c.n_kv_heads) * H + (grp % c.n_kv_heads) * G;
-      int nbad = 0;
-      for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
-      const unsigned long long *gc = ws.gcnt + static_cast<int64_t>(grp) * 5;
-      atomicAdd(&s_stat[kRows], static_cast<unsigned long long>(G));
-      if (nbad > 0) {
-        atomicAdd(&s_stat[kFixupRows], static_cast<unsigned long long>(nbad));
-        atomicAdd(&s_stat[kBytes], gc[4] + static_cast<unsigned long long>(L) * (D + 2));
-      } else {
-        atomicAdd(&s_stat[kKeys], gc[0]);
-        atomicAdd(&s_stat[kLive], gc[1]);
-        atomicAdd(&s_stat[kRefine], gc[2]);
-        atomicAdd(&s_stat[kVRefine], gc[3]);
-        atomicAdd(&s_stat[kBytes], gc[4]);
-      }
-    }
-    __syncthreads();
-    if (tid < 7 && s_stat[tid] != 0ull)
-      stat_add(stat_ptr(stats, tid), static_cast<int64_t>(s_stat[tid]));
-  }
-  const int nflag = *ws.nflag;
-  for (int j = blockIdx.x; j < nflag; j += gridDim.x) {
-    const int32_t grp = ws.flist[j];
-    const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
-    const int32_t L = c.lengths[b];
-    const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-    __syncthreads();  // the previous group's reads of the shared memory are done
-    fixup_group(c, p, ws, qa, qb, buf, red, b, hk, L, row0);
   }
   pdl_trigger();
 }
@@ -2600,9 +2573,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
              p, ws, 0, stats);
   launch_k(decode_combine2_kernel<false>, cgrid, dim3(kThreads), combine_smem, stream, pdl,
            "decode_combine2_kernel launch", c, p, ws, out, lse, 0);
-  const int fixup_blocks =
-      std::max((groups + kThreads - 1) / kThreads, std::max(1, std::min(groups, sm_count())));
-  launch_k(decode_fixup_z_kernel, dim3(fixup_blocks), dim3(kThreads), 0, stream, pdl,
+  launch_k(decode_fixup_z_kernel, dim3(c.n_kv_heads, c.batch), dim3(kThreads), 0, stream, pdl,
            "decode_fixup_z_kernel launch", c, p, ws, stats);
   // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
   // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) on a grid

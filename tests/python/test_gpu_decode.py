@@ -369,7 +369,7 @@ def _needle_batch(B, Hkv, D, L):
 @pytest.mark.parametrize("depth", [12.0, None])
 def test_guard_many_flagged_groups(depth):
     # ~250 flagged groups (of 288): more than the pass-1 grid takes at once (at most one SM count
-    # of groups), and the fix-up kernel's statistics come from two blocks of 256 groups, so its blocks each recompute several groups from the guard's list, in an order
+    # of groups), so its blocks each recompute several groups from the guard's list, in an order
     # that depends on timing. Every group must match the CPU reference, and a request's bits
     # must be the same alone as in the batch.
     B, Hkv, G, D, L = 72, 4, 2, 64, 1000
