@@ -83,6 +83,8 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 //   gcnt    int64   [batch, n_kv_heads, 5]  pass-0 read counters (zeroed by the launcher)
 //   done    int32   [batch]                 the step's append: blocks done per request (zeroed
 //                                           with gcnt, in the same memset)
+//   nflag   int32                           guard: groups flagged this step (zeroed with gcnt)
+//   flist   int32   [batch * n_kv_heads]    guard: the flagged groups, pass 1's work list
 struct DecodeWorkspace {
   int8_t *qa, *qb;
   float *sq, *z;
