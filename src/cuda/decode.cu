@@ -898,6 +898,18 @@ __device__ __forceinline__ void fine_dots(const uint4 *qfrag, int rb, int lane, 
   }
 }
 
+// The coarse dots of row block rb against the lane's two keys (both screened splits): q planes x
+// key plane A only (the screen's logit), as fine_dots' ca.
+template <int NP>
+__device__ __forceinline__ void coarse_dots(const uint4 *qfrag, int rb, int lane, const int4 *ka,
+                                            int32_t cc[4]) {
+#pragma unroll
+  for (int i = 0; i < NP; ++i) {
+    mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
+    mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
+  }
+}
+
 // Value formats of the stage rows: bf16 / fp16 V (2 D bytes), or v8 planes A | B (D + D).
 enum ValueFormat { kVBf16 = 0, kVF16 = 1, kVV8 = 2 };
 
@@ -1206,11 +1218,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       // Coarse logits (plane A) and verdict bits.
       for (int rb = 0; rb < nrb; ++rb) {
         int32_t cc[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i) * 32 + lane], ka[i].x, ka[i].y);
-          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * i + 1) * 32 + lane], ka[i].z, ka[i].w);
-        }
+        coarse_dots<NP>(qfrag, rb, lane, ka, cc);
         const int r = 8 * rb + mg;
         if (r < G) {
 #pragma unroll
@@ -1968,11 +1976,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       float *wcb = wc + bf * RS * WS;
       for (int rb = 0; rb < nrb; ++rb) {
         int32_t cc[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int q = 0; q < NP; ++q) {
-          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * q) * 32 + lane], ka[q].x, ka[q].y);
-          mma_s8(cc, qfrag[(rb * 2 * NP + 2 * q + 1) * 32 + lane], ka[q].z, ka[q].w);
-        }
+        coarse_dots<NP>(qfrag, rb, lane, ka, cc);
         const int r = 8 * rb + mg;
         if (r < G) {
 #pragma unroll
