@@ -5,6 +5,8 @@ start before its predecessor ends, so their sum can exceed the graphed time.
 
 python scripts/decode_kernel_times.py             B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8, D 128
 python scripts/decode_kernel_times.py --g4        H 32 / Hkv 8
+python scripts/decode_kernel_times.py --shapes "1,2048,9,3,64;1,8192,9,3,64"   (B,L,H,Hkv,D;...)
+python scripts/decode_kernel_times.py --dense-only  depth None only
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
@@ -22,6 +24,10 @@ dev = torch.device("cuda")
 flush = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
 H_ = 32 if "--g4" in sys.argv else 64
 SHAPES = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128))
+if "--shapes" in sys.argv:
+    SHAPES = tuple(tuple(int(x) for x in s.split(","))
+                   for s in sys.argv[sys.argv.index("--shapes") + 1].split(";") if s)
+DEPTHS = (None,) if "--dense-only" in sys.argv else (None, 16.0)
 REPS = 10
 
 
@@ -55,7 +61,7 @@ for B, L, H, Hkv, D in SHAPES:
     k = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16)
     v = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16) + 1.0
     q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
-    for depth in (None, 16.0):
+    for depth in DEPTHS:
         cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
         for b in range(B):
             cache.add_request()
