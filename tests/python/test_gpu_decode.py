@@ -392,20 +392,22 @@ def test_guard_many_flagged_groups(depth):
 @pytest.mark.parametrize("v8", [False, True])
 def test_guard_flagged_groups_ragged(v8):
     # Pass 1 over the guard's list with ragged lengths (a released slot, lengths 500-998, so
-    # list items end at different splits), D 128 and G 8 (the combine's list mode runs four
-    # blocks per group) and v8 values (stage rows of the previous item must not leak): about
-    # half the groups are flagged. Against the CPU reference, and alone = in the batch.
+    # groups end at different splits), D 128 and G 8 (each group's last pass-1 split combines
+    # four blocks' worth, one after the other) and v8 values (stage rows of the previous item
+    # must not leak): about half the groups are flagged. Against the CPU reference, and alone =
+    # in the batch.
     B, Hkv, G, D, L = 40, 2, 8, 128, 1000
     k, v, u = _needle_batch(B, Hkv, D, L)
     lengths = [500 + (37 * b) % 501 for b in range(B)]
     lengths[5] = None
-    q = (12.0 * u).expand(B, Hkv * G, D).clone().half()
+    # v8 rows take the bf16 guard window (T up to 2^60, not fp16's 2^14): a stronger needle.
+    q = ((32.0 if v8 else 12.0) * u).expand(B, Hkv * G, D).clone().half()
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, L, depth=12.0, dtype=torch.float16, v8=v8)
     _fill((cpu, gpu), k.half(), v.half(), lengths)
     oc, og, lc, lg, sc, sg = _compare_step(cpu, gpu, q)
     print(f"\nfixup rows cpu {sc['fixup_rows']} gpu {sg['fixup_rows']}")
     assert 0 < sg["fixup_rows"] < (B - 1) * Hkv * G
-    for b in (3, 12, 25):  # (on the CPU: 3 is not flagged, 12 and 25 are)
+    for b in (3, 12, 25):  # (on the CPU, v8 on and off: 3 is not flagged, 12 and 25 are)
         alone = _make(CUDA, 1, Hkv * G, Hkv, D, L, depth=12.0, dtype=torch.float16, v8=v8)
         _fill((alone,), k[b : b + 1].half(), v[b : b + 1].half(), [lengths[b]])
         oa, la, sa = _step(alone, q[b : b + 1])
