@@ -25,10 +25,14 @@
 // under replay) does not depend on this: every order is fixed by the split.
 //
 // Launch sequence of one step (fixed, so a CUDA graph can capture it; no host sync):
-//   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums), heavy list and
-//    lengths]  front  decode(pass 0)  combine(pass 0: guard flags)  fixup_z  decode(pass 1)
-//   combine(pass 1)
-// Pass-1 kernels return at once for groups the guard did not flag.
+//   [append: v8 exponent (+ in-block re-scale), rows (planes, V, page sums, heavy lists, new
+//    lengths into the workspace)]  front (publishes the lengths, resets the step's counters)
+//   decode(pass 0)  combine(pass 0: guard flags)
+//   decode(pass 1: the step's read statistics; then over the flagged groups, each split block
+//   first recomputes its group's flagged rows' Z (the fix-up), and each group's last split
+//   combines it)
+// No memset: at batch 1 a step is mostly launches (notes/decode.md section 18). Pass 1 returns
+// at once when the guard flagged nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -139,9 +143,12 @@ struct AppendArgs {
   int32_t request;  // -1: step mode
   int32_t n_tokens;
   fold_tensor_t k, v;
-  int64_t *stats;  // step mode: counters (FOLD_DECODE_STAT_REJECTED), or NULL
-  int32_t *done;   // step mode in the decode: [batch] zeroed counters; the rows kernel then
-                   // also does the heavy-key lists and the lengths (no append_heavy_kernel)
+  int64_t *stats;   // step mode without newlen: counters (FOLD_DECODE_STAT_REJECTED), or NULL
+  int32_t *newlen;  // step mode in the decode: [batch] each request's length after the append,
+                    // published by the decode's front (every rows block reads the old length
+                    // meanwhile); the rows kernel then also does the heavy-key lists (no
+                    // append_heavy_kernel)
+  int32_t *rej;     // with newlen: [batch] 1 where the step token was rejected, else 0
 };
 
 // Inserts key t of scale s into a KV head's heavy-key list (idx, sc: entries by decreasing
@@ -226,10 +233,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // K planes and scale, V (or its v8 planes) and the page V sums of the unit's tokens, in
-// token order (the page sum of column d is owned by thread d). In the decode step (a.done set)
-// also append_heavy_kernel's work for the block's KV head, and the request's new length,
-// written by the last of its blocks to finish (every block has read the old length by then):
-// one launch less per step, and the heavy list's loads overlap the Hadamard.
+// token order (the page sum of column d is owned by thread d). In the decode step (a.newlen
+// set) also append_heavy_kernel's work for the block's KV head, and the request's new length
+// into a.newlen (and whether its token was rejected into a.rej), by the block of KV head 0: the
+// decode's front publishes it into the cache's lengths, when every block here has read the old
+// one. One launch less per step, no counter to reset, and the heavy list's loads overlap the
+// Hadamard.
 __global__ void __launch_bounds__(kThreads)
     append_rows_kernel(const fold_kvcache_t c, const AppendArgs a) {
   static_assert(kHeavyKeys <= kThreads, "a thread per heavy-list entry");
@@ -239,17 +248,17 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ uint16_t s_hsc[kHeavyKeys];
   const int hk = blockIdx.y;
   const int D = c.head_dim, P = c.page_size;
-  const bool fused = a.request < 0 && a.done != nullptr;
+  const bool fused = a.request < 0 && a.newlen != nullptr;
   int32_t b, t0, t1, L;
   if (a.request < 0) {
     b = blockIdx.x;
     L = c.lengths[b];
-    if (!step_append_ok(c, b, L)) {
-      if (fused && hk == 0 && L >= 0 && threadIdx.x == 0 && a.stats != nullptr)
-        atomicAdd(reinterpret_cast<unsigned long long *>(a.stats) + FOLD_DECODE_STAT_REJECTED,
-                  1ull);
-      return;
+    const bool ok = step_append_ok(c, b, L);
+    if (fused && hk == 0 && threadIdx.x == 0) {
+      a.newlen[b] = ok ? L + 1 : L;
+      a.rej[b] = !ok && L >= 0 ? 1 : 0;  // an inactive request (L < 0) is not a rejection
     }
+    if (!ok) return;
     t0 = L;
     t1 = L + 1;
   } else {
@@ -321,14 +330,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     heavy_insert(idx, sc, L, last_bits);
     for (int e = 0; e < kHeavyKeys; ++e) heavy[e] = idx[e];
-    // Every block of request b read its length before counting itself done; the last one
-    // publishes the new length (fences: the count after this block's reads, the store after
-    // the other blocks' counts).
-    __threadfence();
-    if (atomicAdd(a.done + b, 1) == c.n_kv_heads - 1) {
-      __threadfence();
-      c.lengths[b] = L + 1;
-    }
   }
 }
 
@@ -379,7 +380,9 @@ struct Ws {
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
   unsigned long long *gcnt;  // [B * Hkv][5]: keys, live, refine, v_refine, bytes (pass 0)
+  int32_t *newlen, *rej;     // the step's append (AppendArgs)
   int32_t *nflag, *flist;    // the flagged groups (pass 1 runs over this list)
+  int32_t *p1done;           // [B * Hkv]: pass-1 split blocks done
   int32_t splits;
 };
 
@@ -395,14 +398,20 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
   return stats == nullptr ? nullptr : reinterpret_cast<unsigned long long *>(stats) + i;
 }
 
-// The lane's E elements of q row h (as loaded; quantise_q_row_warp scales them), so that a
-// kernel can issue the loads early.
+// The lane's E elements of q row h (as loaded; quantise_q_row_warp scales them).
 template <int E>
 __device__ __forceinline__ void load_q_row(const fold_kvcache_t &c, const fold_tensor_t &q, int b,
                                            int h, float (&x)[E]) {
   const int64_t base = b * q.batch_stride + h * q.head_stride + E * (threadIdx.x & 31);
 #pragma unroll
   for (int e = 0; e < E; ++e) x[e] = load16(c.dtype, q.data, base + e);
+}
+
+// Prefetches the lane's elements of q row h into L1 (no register held until load_q_row).
+template <int E>
+__device__ __forceinline__ void prefetch_q_row(const fold_tensor_t &q, int b, int h) {
+  const int64_t base = b * q.batch_stride + h * q.head_stride + E * (threadIdx.x & 31);
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const uint16_t *>(q.data) + base));
 }
 
 // Quantises q row h in one warp: lane owns elements [E * lane, E * lane + E) (D = 32 E).
@@ -488,10 +497,16 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // levels in registers, five by shuffles).
 // Four blocks per SM (D <= 128; 64 registers, no spills): the front is a chain of dependent loads
 // (ncu, notes/decode.md section 16), so resident blocks are what hide it. D 256 spills under it.
+// The front also starts the step's bookkeeping (no memset precedes it): with `appended`, it
+// takes each request's length from the append (Ws::newlen) and block (0, b, 0) publishes it into
+// the cache (the later kernels read it there); the first block of each group resets the group's
+// counters, block (0, 0, 0) the step's (the flagged-group count and `stats`; the combine adds the
+// rejected appends from Ws::rej). Every writer of those counters runs after the front.
 template <int E>
 __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
-                        const int H, const Ws ws, int64_t *stats, const int rows_per_cta) {
+                        const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
+                        const int appended) {
   pdl_wait();
   constexpr int D = 32 * E;
   __shared__ __align__(16) int8_t qa8[kFrontRows][D];
@@ -513,24 +528,33 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
   const int g_begin = blockIdx.z * rows_per_cta, g_end = min(G, g_begin + rows_per_cta);
   const bool first_block = blockIdx.z == 0;
   // The loads that depend on nothing are issued together (the front is a chain of dependent
-  // loads): the length, the heavy-key list and the first row step's q values.
-  const int32_t L = c.lengths[b];
+  // loads): the length, the heavy-key list and the first row step's q values (the latter as an
+  // L1 prefetch: loaded into registers here, they spilled under the 64-register bound).
+  const int32_t L = appended ? ws.newlen[b] : c.lengths[b];
   int32_t heavy = -1;
   if (tid < kHeavyKeys)
     heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
-  float q0[E];
-  if (warp < min(kFrontRows, g_end - g_begin)) load_q_row<E>(c, q, b, hk * G + g_begin + warp, q0);
+  if (warp < min(kFrontRows, g_end - g_begin)) prefetch_q_row<E>(q, b, hk * G + g_begin + warp);
   // The guard state of the group, cleared for the combine (which ORs into it from several
   // blocks).
   for (int g = g_begin + tid; g < g_end; g += blockDim.x)
     ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
   if (tid == 0 && first_block) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {  // the step's counters
+    if (tid == 0) *ws.nflag = 0;
+    if (stats != nullptr && tid < FOLD_DECODE_CUDA_STATS) stats[tid] = 0;
+  }
+  // (Returns before the group's counters are reset, at the end: they are read only for groups
+  // with keys. An append leaves L >= 1, so this request's length did not change.)
   if (L <= 0) return;
   if (tid < kHeavyKeys) s_heavy[tid] = heavy;
   __syncthreads();
   if (tid == 0) {
     plan_sample_shape(L, s_heavy, sh);
-    if (first_block) stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(sh.n) * (2 * D + 2));
+    // The sample's bytes join the group's read counters (add_step_stats adds them to `stats`).
+    if (first_block)
+      ws.gcnt[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5 + 4] =
+          static_cast<unsigned long long>(sh.n) * (2 * D + 2);
   }
   __syncthreads();
   const int n = sh.n;
@@ -547,10 +571,19 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     if (slot >= 0) s_key[slot] = 1 + tid;
   }
   __syncthreads();
-  // Slot tid's key row and scale, for the warps' tiles below.
+  // Slot tid's key row and scale, for the warps' tiles below. With one row per block (a small
+  // batch, where the front's chain is the step's critical path) the row's two planes are
+  // prefetched into L2 at once (no registers held), so that their latency overlaps the q
+  // quantisation instead of following it (B1 D 64: front 9.9 -> 8.9 us; with 8 rows per block
+  // the extra instructions cost more than they hide: B32 15.2 -> 16.0 us).
   if (tid < n) {
     const int64_t kr = key_row(c, b, hk, s_key[tid]);
     s_kr[tid] = kr;
+    if (rows_per_cta == 1)
+      for (int o = 0; o < D; o += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
+      }
     s_sk[tid] = bf16_bits_to_float(c.k_scale[kr]);
   }
   __syncthreads();
@@ -566,12 +599,7 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     const int rows = min(kFrontRows, g_end - g0);
     if (warp < rows) {
       float x[E];
-      if (g0 == g_begin) {
-#pragma unroll
-        for (int e = 0; e < E; ++e) x[e] = q0[e];
-      } else {
-        load_q_row<E>(c, q, b, hk * G + g0 + warp, x);
-      }
+      load_q_row<E>(c, q, b, hk * G + g0 + warp, x);
       quantise_q_row_warp<E>(c, x, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
                              &s_sq[warp]);
     }
@@ -689,6 +717,15 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
         ws.z[static_cast<int64_t>(b) * H + hk * G + g0 + warp] = add_rn(m, log2_fp(v[0]));
     }
     __syncthreads();
+  }
+  // The group's counters and the request's length, at the end: nothing in the front reads them,
+  // and at the start their stores held registers that the q values then spilled for (B128 front
+  // 36 -> 40 us).
+  if (blockIdx.z == 0) {
+    const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
+    if (tid < 4) ws.gcnt[grp * 5 + tid] = 0ull;  // [4]: the sample's bytes (written above)
+    if (tid == 4) ws.p1done[grp] = 0;
+    if (tid == 5 && hk == 0 && appended) c.lengths[b] = ws.newlen[b];  // (L: not kept live)
   }
   pdl_trigger();
 }
@@ -859,7 +896,7 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
   return r;
 }
 
-// A split's read statistics: pass 0 into its group's counters (decode_fixup_z_kernel adds them
+// A split's read statistics: pass 0 into its group's counters (add_step_stats adds them
 // once the guard's verdict is final), pass 1 (recomputed groups) straight into `stats`.
 __device__ __forceinline__ void add_split_stats(const fold_kvcache_t &c, const Ws &ws,
                                                 int64_t *stats, int pass, int b, int hk,
@@ -1484,23 +1521,46 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   }
 }
 
+// Defined with the combine below.
+__device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int32_t *flag,
+                                               const int32_t *bad, const unsigned long long *gcnt,
+                                               const int32_t *rej, int batch, int n_kv_heads, int G,
+                                               int D, unsigned long long *stats);
+__device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
+                                                      const fold_decode_params_t &p, const Ws &ws,
+                                                      const fold_tensor_t &out, float *lse,
+                                                      const int s, const int hk, const int b);
+__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                            const Ws &ws, const int hk, const int b);
+
 // grid (splits, Hkv, B): split blockIdx.x of group (blockIdx.z, blockIdx.y) (pass 0). LIST
-// (pass 1): grid (splits, K); block (s, k) runs split s of the flagged groups k, k + K, ... of
-// the guard's list, one after the other: the grid does not depend on how many groups were
-// flagged, and a step where none was costs a few hundred blocks that exit at once instead of
-// a whole pass-0 grid.
+// (pass 1): grid (K); the items are (listed group j, split s), i = j * splits + s, and block k
+// runs items k, k + K, ... one after the other; the last split of a group to finish combines it.
+// The grid does not depend on how many groups were flagged nor on max_len against the requests'
+// lengths (a split past a request's end returns at once), and a step where none was flagged
+// costs K blocks that exit at once (and no combine launch).
+// (Pass 1, the guard's rare path, is held to one block per SM fewer: with its combine and
+// statistics the split's loop spilled.)
 template <int NP, bool MMA, bool LIST>
-__global__ void __launch_bounds__(kThreads, NP == 4 ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                        const int pass, int64_t *stats) {
+                        const fold_tensor_t out, float *lse, const int pass, int64_t *stats,
+                        const int appended) {
   pdl_wait();
   if constexpr (LIST) {
-    const int nflag = *ws.nflag;
-    for (int j = blockIdx.y; j < nflag; j += gridDim.y) {
-      const int32_t grp = ws.flist[j];
+    if (stats != nullptr)
+      add_step_stats(c.lengths, ws.flag, ws.bad, ws.gcnt, appended ? ws.rej : nullptr, c.batch,
+                     c.n_kv_heads, p.n_heads / c.n_kv_heads, c.head_dim,
+                     reinterpret_cast<unsigned long long *>(stats));
+    const int64_t items = static_cast<int64_t>(*ws.nflag) * ws.splits;
+    for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
+      const int32_t grp = ws.flist[i / ws.splits];
+      const int s = static_cast<int>(i % ws.splits);
+      const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
       __syncthreads();  // the previous item's reads of the shared memory are done
-      split_item<NP, MMA>(c, p, ws, pass, stats, blockIdx.x, grp % c.n_kv_heads,
-                          grp / c.n_kv_heads);
+      if (s * kSplitKeys < c.lengths[b]) fixup_group(c, p, ws, hk, b);  // (uniform)
+      split_item<NP, MMA>(c, p, ws, pass, stats, s, hk, b);
+      combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }
   } else {
     split_item<NP, MMA>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -2192,7 +2252,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
 // writes o. Guard: rows outside the window
 // or with a non-finite N are OR-ed into ws.bad / ws.flag (cleared by the front); a flagged
 // group's o and LSE are overwritten by pass 1, so pass 0 writes o whatever the flag. The
-// pass-0 read statistics are added by decode_fixup_z_kernel (it sees the final flag).
+// pass-0 read statistics are added by add_step_stats (pass 1's kernel: it sees the final flags).
 constexpr int kCombineBatch = 64;  // at most this many splits staged in shared memory at a time
 // Splits staged at a time for a workspace of S splits per row, and the shared memory that takes:
 // sized by S, not by kCombineBatch, so that short caches keep several blocks per SM (64 KB for
@@ -2250,8 +2310,10 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
     cp_async_commit();
     for (int i = tid; i < ns * nrows; i += kThreads) {
       const int r = i / ns, si = i % ns;
-      s_pt[r][si] = ws.part_t[(row0 + g0 + r) * S + sb + si];
-      s_ptl[r][si] = ws.part_tl[(row0 + g0 + r) * S + sb + si];
+      // From L2 (as the cp.async.cg above): in pass 1 the partials were written by other
+      // blocks of the same kernel (decode_split_kernel's last-block combine).
+      s_pt[r][si] = __ldcg(ws.part_t + (row0 + g0 + r) * S + sb + si);
+      s_ptl[r][si] = __ldcg(ws.part_tl + (row0 + g0 + r) * S + sb + si);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -2296,64 +2358,24 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
   }
 }
 
-// grid (Hkv, B, ceil(G D / 256)) (pass 0). LIST (pass 1): grid (K, 1, ceil(G D / 256)); block
-// (k, 0, z) combines the flagged groups k, k + K, ... of the guard's list.
-template <bool LIST>
-__global__ void __launch_bounds__(kThreads)
-    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                           const fold_tensor_t out, float *lse, const int pass) {
-  pdl_wait();
-  if constexpr (LIST) {
-    const int nflag = *ws.nflag;
-    for (int j = blockIdx.x; j < nflag; j += gridDim.x) {
-      const int32_t grp = ws.flist[j];
-      __syncthreads();  // the previous item's reads of s_t / s_tl are done
-      combine_item(c, p, ws, out, lse, pass, grp % c.n_kv_heads, grp / c.n_kv_heads, blockIdx.z);
-    }
-  } else {
-    combine_item(c, p, ws, out, lse, pass, blockIdx.x, blockIdx.y, blockIdx.z);
-  }
-  pdl_trigger();
-}
-
 // ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
 
-// grid (Hkv, B). Also adds the group's pass-0 read statistics (it runs after the combine, so
-// it sees the final guard flag).
-__global__ void __launch_bounds__(kThreads)
-    decode_fixup_z_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                          int64_t *stats) {
-  pdl_wait();
+// Z of the flagged rows of group (b, hk), recomputed (pass 1, by every split block of the group
+// before its split: each computes the same bits, writes them to ws.z and then reads its own
+// write, so no block waits for another; the guard's rare path pays the repeated work instead of
+// a launch on every step).
+__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                            const Ws &ws, const int hk, const int b) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
   __shared__ float red[kThreads / 32];
-  const int hk = blockIdx.x, b = blockIdx.y;
   const int32_t L = c.lengths[b];
-  const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  if (L > 0 && tid == 0) {
-    int nbad = 0;
-    for (int g = 0; g < G; ++g) nbad += ws.bad[row0 + g] != 0 ? 1 : 0;
-    const unsigned long long *gc = ws.gcnt + grp * 5;
-    stat_add(stat_ptr(stats, kRows), G);
-    if (nbad > 0) {
-      stat_add(stat_ptr(stats, kFixupRows), nbad);
-      stat_add(stat_ptr(stats, kBytes),
-               static_cast<int64_t>(gc[4]) + static_cast<int64_t>(L) * (D + 2));
-    } else {
-      stat_add(stat_ptr(stats, kKeys), static_cast<int64_t>(gc[0]));
-      stat_add(stat_ptr(stats, kLive), static_cast<int64_t>(gc[1]));
-      stat_add(stat_ptr(stats, kRefine), static_cast<int64_t>(gc[2]));
-      stat_add(stat_ptr(stats, kVRefine), static_cast<int64_t>(gc[3]));
-      stat_add(stat_ptr(stats, kBytes), static_cast<int64_t>(gc[4]));
-    }
-  }
-  if (L <= 0 || ws.flag[grp] == 0) return;
   const int log2d = log2_pow2(D);
   for (int g = 0; g < G; ++g) {
-    if (ws.bad[row0 + g] == 0) continue;  // uniform
+    if (__ldcg(ws.bad + row0 + g) == 0) continue;  // uniform
     if (tid < D) {
       qa[tid] = ws.qa[(row0 + g) * D + tid];
       qb[tid] = ws.qb[(row0 + g) * D + tid];
@@ -2392,7 +2414,96 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) ws.z[row0 + g] = add_rn(m, log2_fp(sum));
     __syncthreads();
   }
+}
+
+// grid (Hkv, B, ceil(G D / 256)): pass 0's combine (the guard's flags; pass 1 does the fix-up).
+__global__ void __launch_bounds__(kThreads)
+    decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                          const fold_tensor_t out, float *lse) {
+  pdl_wait();
+  combine_item(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
+}
+
+// The step's read statistics, once the guard's flags are final (pass 1's kernel, every block):
+// each group's pass-0 counters (or, for a flagged group, its fix-up's rows and bytes; pass 1 adds
+// its own reads), a thread per group, summed over the block, then one atomic per counter and
+// block. Every load of a group is issued before any is used (one memory latency at batch 1,
+// where this is the step's last work).
+__device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int32_t *flag,
+                                               const int32_t *bad, const unsigned long long *gcnt,
+                                               const int32_t *rej, int batch, int n_kv_heads, int G,
+                                               int D, unsigned long long *stats) {
+  __shared__ unsigned long long s_sum[kThreads / 32][8];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t groups = static_cast<int64_t>(batch) * n_kv_heads;
+  if (static_cast<int64_t>(blockIdx.x) * kThreads >= groups) return;  // (uniform) no group here
+  // Indexed by Stat, and [7] = FOLD_DECODE_STAT_REJECTED (the append marked rejected tokens in
+  // `rej`, NULL without an append; counted once per request, by its KV head 0).
+  unsigned long long v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t grp = static_cast<int64_t>(blockIdx.x) * kThreads + tid; grp < groups;
+       grp += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int32_t L = lengths[grp / n_kv_heads];
+    const int32_t fl = flag[grp];
+    if (rej != nullptr && grp % n_kv_heads == 0) v[7] += rej[grp / n_kv_heads] != 0;
+    unsigned long long gc[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) gc[i] = gcnt[grp * 5 + i];
+    if (L <= 0) continue;
+    v[kRows] += G;
+    if (fl != 0) {
+      for (int g = 0; g < G; ++g) v[kFixupRows] += bad[grp * G + g] != 0;  // rows b H + hk G + g
+      v[kBytes] += gc[4] + static_cast<unsigned long long>(L) * (D + 2);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] += gc[i];  // kKeys .. kVRefine
+      v[kBytes] += gc[4];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    for (int o = 16; o >= 1; o /= 2) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+    if (lane == 0) s_sum[warp][i] = v[i];
+  }
+  __syncthreads();
+  if (tid < 8) {
+    unsigned long long t = 0;
+    for (int w = 0; w < kThreads / 32; ++w) t += s_sum[w][tid];
+    if (t != 0) atomicAdd(stats + tid, t);
+  }
+}
+
+// The last-block pattern: every thread of the block has written its part (partials, flags);
+// each fences, the block counts itself once on `count`, and the block that brings it to `total`
+// returns true (after a fence, so that it sees every other block's writes).
+__device__ __forceinline__ bool last_block_of(int32_t *count, int total) {
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(count, 1) == total - 1 ? 1 : 0;
+  __syncthreads();
+  const bool last = s_last != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// Pass 1 after split s of the flagged group (b, hk) (decode_split_kernel's list mode): the last
+// of the group's splits to finish combines the group, block after block of the pass-0 combine's
+// grid (the same sums in the same order). The guard's rare path: one block does it serially.
+__device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
+                                                      const fold_decode_params_t &p, const Ws &ws,
+                                                      const fold_tensor_t &out, float *lse,
+                                                      const int s, const int hk, const int b) {
+  const int32_t L = c.lengths[b];
+  const int nsplit = (L + kSplitKeys - 1) / kSplitKeys;
+  if (s >= nsplit) return;  // this split did not run (uniform)
+  if (!last_block_of(ws.p1done + static_cast<int64_t>(b) * c.n_kv_heads + hk, nsplit)) return;
+  const int G = p.n_heads / c.n_kv_heads;
+  const int nzb = (G * c.head_dim + kThreads - 1) / kThreads;
+  for (int zb = 0; zb < nzb; ++zb) {
+    combine_item(c, p, ws, out, lse, 1, hk, b, zb);
+    __syncthreads();  // the next block's staging reuses the shared memory
+  }
 }
 
 Ws carve(const DecodeWorkspace &w) {
@@ -2407,8 +2518,11 @@ Ws carve(const DecodeWorkspace &w) {
   ws.part_tl = w.part_tl;
   ws.flag = w.flag;
   ws.gcnt = reinterpret_cast<unsigned long long *>(w.gcnt);
+  ws.newlen = w.newlen;
+  ws.rej = w.rej;
   ws.nflag = w.nflag;
   ws.flist = w.flist;
+  ws.p1done = w.p1done;
   ws.splits = w.splits;
   return ws;
 }
@@ -2421,7 +2535,7 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
   }
   append_rows_kernel<<<dim3(units_rows, c.n_kv_heads), kThreads, 0, stream>>>(c, a);
   check(cudaGetLastError(), "append_rows_kernel launch");
-  if (a.done != nullptr) return;  // the decode step: the rows kernel did the rest
+  if (a.newlen != nullptr) return;  // the decode step: the rows kernel and the front do the rest
   append_heavy_kernel<<<units, 32, 0, stream>>>(c, a);
   check(cudaGetLastError(), "append_heavy_kernel launch");
 }
@@ -2431,7 +2545,7 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
 void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
-  const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr};
+  const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr, nullptr};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
@@ -2490,12 +2604,10 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const DecodeWorkspace w = decode_workspace(c, p.n_heads, workspace);
   const Ws ws = carve(w);
-  if (stats != nullptr)
-    check(cudaMemsetAsync(stats, 0, FOLD_DECODE_CUDA_STATS * sizeof(int64_t), stream),
-          "cudaMemsetAsync(stats)");
-  check(cudaMemsetAsync(w.gcnt, 0, w.gcnt_bytes, stream), "cudaMemsetAsync(workspace)");
-  if (k_step.data != nullptr) {
-    const AppendArgs a{-1, 1, k_step, v_step, stats, w.done};
+  // No memset: the front resets the step's counters and `stats` (decode_front_kernel).
+  const bool appended = k_step.data != nullptr;
+  if (appended) {
+    const AppendArgs a{-1, 1, k_step, v_step, nullptr, w.newlen, w.rej};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
   const int G = p.n_heads / c.n_kv_heads;
@@ -2511,20 +2623,20 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                                    : decode_front_kernel<8>;
   const bool pdl = env_on("FOLD_DECODE_PDL");
   launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
-           cmul, p.n_heads, ws, stats, rows_per_cta);
+           cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
   const auto split = plain_split_kernel<false>(c.head_dim, mma);
   const auto split_list = plain_split_kernel<true>(c.head_dim, mma);
+  const size_t combine_smem = combine_smem_bytes(w.splits);
+  // Pass 1's split also combines (its last block per group): room for the combine's staging.
+  const size_t smem_list = std::max(smem, combine_smem);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
                        "decode_split_kernel");
-  set_max_dynamic_smem(reinterpret_cast<const void *>(split_list), static_cast<int>(smem),
+  set_max_dynamic_smem(reinterpret_cast<const void *>(split_list), static_cast<int>(smem_list),
                        "decode_split_kernel");
-  const size_t combine_smem = combine_smem_bytes(w.splits);
-  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel<false>),
-                       static_cast<int>(combine_smem), "decode_combine2_kernel");
-  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel<true>),
-                       static_cast<int>(combine_smem), "decode_combine2_kernel");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine_kernel),
+                       static_cast<int>(combine_smem), "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
@@ -2574,20 +2686,18 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else
     launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
-             p, ws, 0, stats);
-  launch_k(decode_combine2_kernel<false>, cgrid, dim3(kThreads), combine_smem, stream, pdl,
-           "decode_combine2_kernel launch", c, p, ws, out, lse, 0);
-  launch_k(decode_fixup_z_kernel, dim3(c.n_kv_heads, c.batch), dim3(kThreads), 0, stream, pdl,
-           "decode_fixup_z_kernel launch", c, p, ws, stats);
+             p, ws, out, lse, 0, stats, 0);
+  // Pass 0's combine (the guard's flags).
+  launch_k(decode_combine_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
+           "decode_combine_kernel launch", c, p, ws, out, lse);
   // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
-  // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) on a grid
-  // of a fixed size (K groups at a time): a function of the cache's shape only.
-  const int k_split = std::max(1, std::min(groups, 2 * sm_count() / std::max(1, w.splits)));
-  const int k_combine = std::max(1, std::min(groups, sm_count()));
-  launch_k(split_list, dim3(w.splits, k_split), dim3(kThreads), smem, stream, pdl,
-           "decode_split_kernel launch", c, p, ws, 1, stats);
-  launch_k(decode_combine2_kernel<true>, dim3(k_combine, 1, cgrid.z), dim3(kThreads), combine_smem,
-           stream, pdl, "decode_combine2_kernel launch", c, p, ws, out, lse, 1);
+  // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) and its
+  // last-block combine, on a grid of a fixed size: a function of the cache's shape only.
+  const int64_t items = static_cast<int64_t>(groups) * w.splits;
+  const int k_list =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(items, 2 * sm_count())));
+  launch_k(split_list, dim3(k_list), dim3(kThreads), smem_list, stream, pdl,
+           "decode_split_kernel launch", c, p, ws, out, lse, 1, stats, appended ? 1 : 0);
 }
 
 }  // namespace fold::cuda

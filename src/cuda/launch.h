@@ -80,11 +80,16 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 //   part_n  float32 [rows, splits, head_dim] split numerators
 //   part_t, part_tl float32 [rows, splits]  split denominators (rounded / unrounded weights)
 //   flag    int32   [batch, n_kv_heads]     guard: group recomputed in pass 1
-//   gcnt    int64   [batch, n_kv_heads, 5]  pass-0 read counters (zeroed by the launcher)
-//   done    int32   [batch]                 the step's append: blocks done per request (zeroed
-//                                           with gcnt, in the same memset)
-//   nflag   int32                           guard: groups flagged this step (zeroed with gcnt)
+//   gcnt    int64   [batch, n_kv_heads, 5]  pass-0 read counters
+//   newlen  int32   [batch]                 the step's append: each request's length after it
+//                                           (the front publishes it; the append's blocks all
+//                                           read the old length meanwhile)
+//   rej     int32   [batch]                 the step's append: 1 where the token was rejected
+//   nflag   int32                           guard: groups flagged this step
+//   p1done  int32   [batch, n_kv_heads]     pass-1 split blocks done (the last combines)
 //   flist   int32   [batch * n_kv_heads]    guard: the flagged groups, pass 1's work list
+// Nothing needs zeroing by the caller or by a memset: every counter is reset by the step's front
+// (the kernel that runs before any of their writers), so the workspace may be uninitialised.
 struct DecodeWorkspace {
   int8_t *qa, *qb;
   float *sq, *z;
@@ -92,10 +97,10 @@ struct DecodeWorkspace {
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
   int64_t *gcnt;
-  int32_t *done;
-  int32_t *nflag;     // the number of groups the guard flagged this step
-  int32_t *flist;     // [B * Hkv]: those groups (b * Hkv + hk), in the order they were flagged
-  size_t gcnt_bytes;  // gcnt, done and nflag (zeroed every step)
+  int32_t *newlen, *rej;
+  int32_t *nflag;   // the number of groups the guard flagged this step
+  int32_t *p1done;  // [B * Hkv]: pass-1 split blocks done
+  int32_t *flist;   // [B * Hkv]: the flagged groups (b * Hkv + hk), in the order they were flagged
   int32_t splits;
   size_t total_bytes;
 };
@@ -105,7 +110,8 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t D = static_cast<size_t>(c.head_dim);
   const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
-  const size_t gcnt_bytes = groups * 5 * 8 + static_cast<size_t>(c.batch) * 4 + 4;  // + nflag
+  // gcnt, then newlen, rej, nflag, p1done (int32)
+  const size_t gcnt_bytes = groups * 5 * 8 + (2 * static_cast<size_t>(c.batch) + 1 + groups) * 4;
   const size_t sizes[11] = {
       align256(rows * D),          align256(rows * D),          align256(rows * 4),
       align256(rows * 4),          align256(rows * 4),          align256(rows * splits * D * 4),
@@ -113,7 +119,6 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
       align256(gcnt_bytes),        align256(groups * 4)};
   DecodeWorkspace w{};
   w.splits = splits;
-  w.gcnt_bytes = gcnt_bytes;
   size_t off[11];
   size_t total = 0;
   for (int i = 0; i < 11; ++i) {
@@ -133,8 +138,10 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
     w.part_tl = reinterpret_cast<float *>(c0 + off[7]);
     w.flag = reinterpret_cast<int32_t *>(c0 + off[8]);
     w.gcnt = reinterpret_cast<int64_t *>(c0 + off[9]);
-    w.done = reinterpret_cast<int32_t *>(w.gcnt + groups * 5);
-    w.nflag = w.done + c.batch;
+    w.newlen = reinterpret_cast<int32_t *>(w.gcnt + groups * 5);
+    w.rej = w.newlen + c.batch;
+    w.nflag = w.rej + c.batch;
+    w.p1done = w.nflag + 1;
     w.flist = reinterpret_cast<int32_t *>(c0 + off[10]);
   }
   return w;
@@ -145,9 +152,10 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
 void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream);
 
-// One decode step (optional one-token append per active request, front, splits, combine,
-// guard fix-up), all on `stream`; `workspace` holds decode_workspace(...).total_bytes; stats
-// (FOLD_DECODE_CUDA_STATS int64 on the device) may be NULL.
+// One decode step (optional one-token append per active request, front, splits, combine with
+// the guard's fix-up, pass 1), all on `stream`; `workspace` holds
+// decode_workspace(...).total_bytes; stats (FOLD_DECODE_CUDA_STATS int64 on the device) may be
+// NULL.
 void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
                    fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
                    int64_t *stats, void *workspace, void *stream);
