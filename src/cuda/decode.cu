@@ -502,7 +502,12 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // the cache (the later kernels read it there); the first block of each group resets the group's
 // counters, block (0, 0, 0) the step's (the flagged-group count and `stats`; the combine adds the
 // rejected appends from Ws::rej). Every writer of those counters runs after the front.
-template <int E>
+// SMALL: one row per block (rows_per_cta == 1, a small batch, where the front's chain is the
+// step's critical path): the sample's key rows are prefetched into L2 and the first q row into
+// L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
+// chains) the first row step's q values are loaded into registers at the start, as before this
+// session. Two instances, so that each gets its own register allocation.
+template <int E, bool SMALL>
 __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
@@ -528,13 +533,18 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
   const int g_begin = blockIdx.z * rows_per_cta, g_end = min(G, g_begin + rows_per_cta);
   const bool first_block = blockIdx.z == 0;
   // The loads that depend on nothing are issued together (the front is a chain of dependent
-  // loads): the length, the heavy-key list and the first row step's q values (the latter as an
-  // L1 prefetch: loaded into registers here, they spilled under the 64-register bound).
+  // loads): the length, the heavy-key list and the first row step's q values.
   const int32_t L = appended ? ws.newlen[b] : c.lengths[b];
   int32_t heavy = -1;
   if (tid < kHeavyKeys)
     heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
-  if (warp < min(kFrontRows, g_end - g_begin)) prefetch_q_row<E>(q, b, hk * G + g_begin + warp);
+  float q0[SMALL ? 1 : E];
+  if (warp < min(kFrontRows, g_end - g_begin)) {
+    if constexpr (SMALL)
+      prefetch_q_row<E>(q, b, hk * G + g_begin + warp);
+    else
+      load_q_row<E>(c, q, b, hk * G + g_begin + warp, q0);
+  }
   // The guard state of the group, cleared for the combine (which ORs into it from several
   // blocks).
   for (int g = g_begin + tid; g < g_end; g += blockDim.x)
@@ -571,15 +581,14 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     if (slot >= 0) s_key[slot] = 1 + tid;
   }
   __syncthreads();
-  // Slot tid's key row and scale, for the warps' tiles below. With one row per block (a small
-  // batch, where the front's chain is the step's critical path) the row's two planes are
+  // Slot tid's key row and scale, for the warps' tiles below. SMALL: the row's two planes are
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q
   // quantisation instead of following it (B1 D 64: front 9.9 -> 8.9 us; with 8 rows per block
   // the extra instructions cost more than they hide: B32 15.2 -> 16.0 us).
   if (tid < n) {
     const int64_t kr = key_row(c, b, hk, s_key[tid]);
     s_kr[tid] = kr;
-    if (rows_per_cta == 1)
+    if constexpr (SMALL)
       for (int o = 0; o < D; o += 128) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
         asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
@@ -599,7 +608,12 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     const int rows = min(kFrontRows, g_end - g0);
     if (warp < rows) {
       float x[E];
-      load_q_row<E>(c, q, b, hk * G + g0 + warp, x);
+      if (!SMALL && g0 == g_begin) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[e] = q0[SMALL ? 0 : e];
+      } else {
+        load_q_row<E>(c, q, b, hk * G + g0 + warp, x);
+      }
       quantise_q_row_warp<E>(c, x, cmul, b, hk * G + g0 + warp, H, ws, qa8[warp], qb8[warp],
                              &s_sq[warp]);
     }
@@ -615,7 +629,10 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
         qf[sl] = make_uint4(pa[0], pb[0], pa[1], pb[1]);
       }
     }
-#pragma unroll
+    // Not unrolled: unrolled, ptxas (64 registers) interleaved each tile's four key loads with
+    // its mma's, four memory latencies per tile instead of one (ncu, B128: front 37.5 -> 42.9 us
+    // after this session's bookkeeping moved in); as a loop the loads issue together.
+#pragma unroll 1
     for (int tile = 0; tile < kTiles; ++tile) {
       const int base = 32 * warp + 8 * tile;
       if (base >= n) break;  // warp-uniform
@@ -719,13 +736,14 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     __syncthreads();
   }
   // The group's counters and the request's length, at the end: nothing in the front reads them,
-  // and at the start their stores held registers that the q values then spilled for (B128 front
-  // 36 -> 40 us).
+  // and at the start their stores held registers that the q values then spilled for. (Indices
+  // from blockIdx and threadIdx again, L from the workspace: nothing kept live for this.)
   if (blockIdx.z == 0) {
-    const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
-    if (tid < 4) ws.gcnt[grp * 5 + tid] = 0ull;  // [4]: the sample's bytes (written above)
-    if (tid == 4) ws.p1done[grp] = 0;
-    if (tid == 5 && hk == 0 && appended) c.lengths[b] = ws.newlen[b];  // (L: not kept live)
+    const int64_t grp = static_cast<int64_t>(blockIdx.y) * c.n_kv_heads + blockIdx.x;
+    const unsigned t = threadIdx.x;
+    if (t < 4) ws.gcnt[grp * 5 + t] = 0ull;  // [4]: the sample's bytes (written above)
+    if (t == 4) ws.p1done[grp] = 0;
+    if (t == 5 && blockIdx.x == 0 && appended) c.lengths[blockIdx.y] = ws.newlen[blockIdx.y];
   }
   pdl_trigger();
 }
@@ -2618,9 +2636,11 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int groups = c.n_kv_heads * c.batch;
   const int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
-  auto front = c.head_dim == 64    ? decode_front_kernel<2>
-               : c.head_dim == 128 ? decode_front_kernel<4>
-                                   : decode_front_kernel<8>;
+  const bool small = rows_per_cta == 1;
+  auto front =
+      c.head_dim == 64    ? (small ? decode_front_kernel<2, true> : decode_front_kernel<2, false>)
+      : c.head_dim == 128 ? (small ? decode_front_kernel<4, true> : decode_front_kernel<4, false>)
+                          : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
   launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
            cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0);
