@@ -1627,12 +1627,7 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
 // sequential sums, so this path matches the reference within a rounding bound, not bit for bit
 // (notes/decode.md section 15). Every order is fixed by the split (no dependence on the batch or on
 // placement), so a request's bits alone, in a batch and under replay stay equal.
-// Stages of the ring: two where several blocks share an SM (they hide each other's chunk chains);
-// a small step (every pass-0 block alone on an SM) takes the pipelined loop (PIPE: a chunk's
-// value product beside the next chunk's weights, one barrier per chunk) with four stages, so that
-// the producer stays two chunks ahead of the consumers' weights.
 constexpr int kRingStages = 2;
-constexpr int kRingPipeStages = 4;
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
 
 __host__ __device__ inline size_t ring_stage_bytes(int D) {
@@ -1641,14 +1636,14 @@ __host__ __device__ inline size_t ring_stage_bytes(int D) {
   return (static_cast<size_t>(64) * 4 * D + 128 + 1023) & ~static_cast<size_t>(1023);
 }
 
-__host__ __device__ inline size_t split_ring_smem_bytes(int G, int D, bool pipe) {
+__host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8;
-  return 1024 + (pipe ? kRingPipeStages : kRingStages) * ring_stage_bytes(D)  // 1024-aligned
-         + (pipe ? 2 : 1) * 8 * nrb * kWRow * 2  // weights, [row][key], operand bits (PIPE: two)
-         + nrb * 8 * 2 * D                       // q planes (MMA A)
-         + 2u * 8 * 8 * nrb * 4                  // per-warp row sums T, T_lse
-         + (D == 64 ? 8 * nrb * D * 4 : 0)       // D 64: the second key half's N
-         + 2u * G * 4;                           // sq, z
+  return 1024 + kRingStages * ring_stage_bytes(D)  // the ring, 1024-aligned
+         + 8 * nrb * kWRow * 2                     // weights, [row][key], operand bits
+         + nrb * 8 * 2 * D                         // q planes (MMA A)
+         + 2u * 8 * 8 * nrb * 4                    // per-warp row sums T, T_lse
+         + (D == 64 ? 8 * nrb * D * 4 : 0)         // D 64: the second key half's N
+         + 2u * G * 4;                             // sq, z
 }
 
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
@@ -1660,7 +1655,7 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
 // the accumulators are indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
-template <int NP, int RBM, bool F16, bool PIPE>
+template <int NP, int RBM, bool F16>
 __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap,
                              const __grid_constant__ CUtensorMap amap,
@@ -1674,14 +1669,12 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
   constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys
   constexpr int KS = kChunk / (16 * KP);  // k steps of 16 keys per warp and chunk
-  constexpr int STAGES = PIPE ? kRingPipeStages : kRingStages;
-  constexpr int NWB = PIPE ? 2 : 1;  // weight buffers
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The ring's V panels need 1024-byte alignment (the swizzle): pad computed on the shared
   // address, so that the pointer stays a shared-space one (no generic addressing).
   const uint32_t raw_addr = smem_u32(smem_raw);
   unsigned char *smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
-  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
   const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int32_t L = c.lengths[b];
@@ -1694,8 +1687,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   const int nrb = (G + 7) / 8, RS = 8 * nrb;
   const size_t SB = ring_stage_bytes(D);
   unsigned char *ring = smem;
-  uint16_t *wop = reinterpret_cast<uint16_t *>(ring + STAGES * SB);  // [RS][kWRow]
-  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + NWB * RS * kWRow);
+  uint16_t *wop = reinterpret_cast<uint16_t *>(ring + kRingStages * SB);  // [RS][kWRow]
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow);
   float *tw = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);  // [8 warps][RS]: T
   float *tlw = tw + 8 * RS;                                          // [8 warps][RS]: T_lse
   float *nred = tlw + 8 * RS;                                        // [RS][D]: D 64's 2nd half
@@ -1705,7 +1698,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
 
   if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
   if (tid == 0) {
-    for (int st = 0; st < STAGES; ++st) {
+    for (int st = 0; st < kRingStages; ++st) {
       mbar_init(&full[st], 1);
       mbar_init(&empty[st], kThreads / 32);  // one arrival per consumer warp
     }
@@ -1725,17 +1718,16 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       sq[g] = ws.sq[row0 + g];
       zr[g] = ws.z[row0 + g];
     }
-    for (int e = tid; e < NWB * RS * kWRow / 2; e += kThreads)
-      reinterpret_cast<uint32_t *>(wop)[e] = 0u;
+    for (int e = tid; e < RS * kWRow / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
     for (int e = tid; e < 16 * RS; e += kThreads) tw[e] = 0.0f;  // tw and tlw
   }
   __syncthreads();
 
   if (warp == kThreads / 32) {  // the producer warp
     for (int ci = 0; ci < nchunks; ++ci) {
-      const int st = ci % STAGES;
-      const uint32_t round = static_cast<uint32_t>(ci / STAGES);
-      if (ci >= STAGES) producer_wait(&empty[st], (round - 1u) & 1u);
+      const int st = ci % kRingStages;
+      const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
+      if (ci >= kRingStages) producer_wait(&empty[st], (round - 1u) & 1u);
       const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
       const int64_t r = s_rowbase[ci];
       unsigned char *dst = ring + st * SB;
@@ -1773,12 +1765,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // addresses from lanes 0-15 (ldmatrix .x2).
   const uint32_t b_base =
       smem_u32(wop) + static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
-  // Chunk ci's weights into the weight buffer wb (and the warp's row sums), after its stage landed.
-  const auto weights = [&](const int ci, uint16_t *wb) {
-    const int st = ci % STAGES;
+  for (int ci = 0; ci < nchunks; ++ci) {
+    const int st = ci % kRingStages;
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
-    mbar_wait(&full[st], static_cast<uint32_t>(ci / STAGES) & 1u);
+    mbar_wait(&full[st], static_cast<uint32_t>(ci / kRingStages) & 1u);
     unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
     const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
     const bool present = kq < nk;
@@ -1822,7 +1813,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
           pex[j] = exp2_fp(sub_rn(ell, zr[r]));
           pw[j] = round_operand(pex[j], F16);
         }
-        reinterpret_cast<uint32_t *>(wb + r * kWRow)[4 * warp + mt] =
+        reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
             pack_operands<F16>(pw[0], pw[1]);
       }
       // This warp's row sums over its 8 keys (fixed order: pairs, then the 4 lanes' tree).
@@ -1836,12 +1827,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
       }
     }
-  };
-  // Chunk ci's value product, weights from the buffer whose ldmatrix row address is bb.
-  const auto value_product = [&](const int ci, const uint32_t bb) {
-    const int st = ci % STAGES;
-    const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
-    const unsigned char *sv = ring + st * SB;
+    named_bar_sync(1, kThreads);
     // N^T: this warp's m tile x every row block, over its part of the chunk's keys.
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
@@ -1853,38 +1839,16 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       for (int nb = 0; nb < RBM; ++nb) {
         if (nb < nrb) {
           uint32_t bw[2];  // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
-          ldsm_x2(bw, bb + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
+          ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
           mma_16<F16>(acc[nb], a, bw[0], bw[1]);
         }
       }
     }
-  };
-  // Each warp releases chunk ci's stage for itself (lane 0 after the warp's reads): the stage's
-  // readers order before the producer's next copy through the barrier they arrive on.
-  const auto release = [&](const int ci) {
+    named_bar_sync(1, kThreads);  // the stage and the weights are free again
+    // Each warp releases the stage for itself (lane 0 after the warp's reads): the stage's
+    // readers order before the producer's next copy through the barrier they arrive on.
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[ci % STAGES]);
-  };
-  if constexpr (!PIPE) {
-    for (int ci = 0; ci < nchunks; ++ci) {
-      weights(ci, wop);
-      named_bar_sync(1, kThreads);
-      value_product(ci, b_base);
-      named_bar_sync(1, kThreads);  // the stage and the weights are free again
-      release(ci);
-    }
-  } else {
-    // One chunk ahead: after the barrier of iteration ci (chunk ci's weights complete, every
-    // warp done with chunk ci - 1's value product), chunk ci's value product is issued first (its
-    // mma's run while the next weights are computed) and then chunk ci + 1's weights go into the
-    // other buffer. One barrier per chunk instead of two; the sums' orders are unchanged.
-    weights(0, wop);
-    for (int ci = 0; ci < nchunks; ++ci) {
-      named_bar_sync(1, kThreads);
-      if (ci > 0) release(ci - 1);
-      value_product(ci, b_base + static_cast<uint32_t>((ci & 1) * RS * kWRow * 2));
-      if (ci + 1 < nchunks) weights(ci + 1, wop + ((ci + 1) & 1) * RS * kWRow);
-    }
+    if (lane == 0) mbar_arrive(&empty[st]);
   }
   // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
   // shared memory, added after the first's (a fixed order).
@@ -2609,22 +2573,17 @@ namespace {
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
                             const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
                             const Ws, const int, int64_t *);
-// The pipelined loop is built for up to two row blocks (G <= 16), which small steps have.
 template <int NP, bool F16>
-RingKernel ring_kernel_rb(int nrb, bool pipe) {
-  if (pipe)
-    return nrb <= 1 ? decode_split_ring_kernel<NP, 1, F16, true>
-                    : decode_split_ring_kernel<NP, 2, F16, true>;
-  return nrb <= 1   ? decode_split_ring_kernel<NP, 1, F16, false>
-         : nrb <= 2 ? decode_split_ring_kernel<NP, 2, F16, false>
-         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, false>
-                    : decode_split_ring_kernel<NP, 8, F16, false>;
+RingKernel ring_kernel_rb(int nrb) {
+  return nrb <= 1   ? decode_split_ring_kernel<NP, 1, F16>
+         : nrb <= 2 ? decode_split_ring_kernel<NP, 2, F16>
+         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16>
+                    : decode_split_ring_kernel<NP, 8, F16>;
 }
-RingKernel ring_kernel(int D, int G, bool f16, bool pipe) {
+RingKernel ring_kernel(int D, int G, bool f16) {
   const int nrb = (G + 7) / 8;
-  if (D == 64)
-    return f16 ? ring_kernel_rb<1, true>(nrb, pipe) : ring_kernel_rb<1, false>(nrb, pipe);
-  return f16 ? ring_kernel_rb<2, true>(nrb, pipe) : ring_kernel_rb<2, false>(nrb, pipe);
+  if (D == 64) return f16 ? ring_kernel_rb<1, true>(nrb) : ring_kernel_rb<1, false>(nrb);
+  return f16 ? ring_kernel_rb<2, true>(nrb) : ring_kernel_rb<2, false>(nrb);
 }
 
 // The plain split's instance: head dim, value product on MMA (bf16 / fp16 V) or fma (v8),
@@ -2701,13 +2660,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
-  // The pipelined ring when every pass-0 block has an SM to itself (G <= 16; a launch choice: same
-  // bits; FOLD_DECODE_RING_PIPE=0 turns it off, for A/B timings).
-  const bool pipe = (G + 7) / 8 <= 2 &&
-                    static_cast<int64_t>(w.splits) * c.n_kv_heads * c.batch <= sm_count() &&
-                    env_on("FOLD_DECODE_RING_PIPE");
-  const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, pipe) : 0;
-  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, pipe);
+  const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim) : 0;
+  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16);
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");

@@ -416,34 +416,6 @@ def test_guard_flagged_groups_ragged(v8):
         assert torch.equal(_bits(la[0]), _bits(lg[b]))
 
 
-@pytest.mark.parametrize("D,G,dtype", [(64, 3, torch.bfloat16), (128, 8, torch.float16), (128, 16, torch.bfloat16)])
-def test_dense_ring_pipelined_same_bits(D, G, dtype, monkeypatch):
-    # A small step takes the pipelined ring (every pass-0 block alone on an SM, G <= 16: a chunk's
-    # value product beside the next chunk's weights); FOLD_DECODE_RING_PIPE=0 and a batch too large
-    # for it take the two-stage loop. Same bits either way: the sums' orders do not change. Ragged
-    # lengths (partial last chunks, one split and several), a released slot.
-    Hkv, L = 2, 1700
-    lengths = [1700, 37, None, 1029]
-    q, k, v = synth(len(lengths), Hkv, G, D, L, seed=5)
-    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    cache = _make(CUDA, len(lengths), Hkv * G, Hkv, D, L, depth=None, dtype=dtype)
-    _fill((cache,), k, v, lengths)
-    monkeypatch.setenv("FOLD_DECODE_RING_PIPE", "1")
-    op, lp, _ = _step(cache, q)
-    monkeypatch.setenv("FOLD_DECODE_RING_PIPE", "0")
-    of, lf, _ = _step(cache, q)
-    assert torch.equal(_bits(op), _bits(of))
-    assert torch.equal(_bits(lp), _bits(lf))
-    # The same request inside a batch of 64 (2 x 64 x 4 splits > the SMs: the two-stage loop).
-    big = _make(CUDA, 64, Hkv * G, Hkv, D, L, depth=None, dtype=dtype)
-    kb = k[0:1].expand(64, *k.shape[1:]).contiguous()
-    vb = v[0:1].expand(64, *v.shape[1:]).contiguous()
-    _fill((big,), kb, vb, [1700] * 64)
-    ob, lb, _ = _step(big, q[0:1].expand(64, *q.shape[1:]).contiguous())
-    assert torch.equal(_bits(op[0]), _bits(ob[5]))
-    assert torch.equal(_bits(lp[0]), _bits(lb[5]))
-
-
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, False), (16.0, True), (12.0, True)])
 def test_error_against_float64(depth, v8):
     B, Hkv, G, D, L = 2, 2, 4, 128, 3000
