@@ -21,7 +21,7 @@ from ._bind import DTYPE_CODES
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
-__all__ = ["decode_step_impl", "decode_step_op"]
+__all__ = ["decode_step_impl", "decode_step_into", "decode_step_op"]
 
 _MUTATED = (
     "k_a",
@@ -50,7 +50,9 @@ def _rows(t: Optional[torch.Tensor], heads: int, dim: int) -> FoldTensor:
     return FoldTensor(t.data_ptr(), heads * dim, 0, dim)
 
 
-def decode_step_impl(
+def decode_step_into(
+    out: torch.Tensor,
+    lse: torch.Tensor,
     q: torch.Tensor,
     k_step: Optional[torch.Tensor],
     v_step: Optional[torch.Tensor],
@@ -73,16 +75,12 @@ def decode_step_impl(
     depth: Optional[float],
     refine_band: float,
     v_refine_band: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> None:
     """q (batch, n_heads, D) contiguous; k_step/v_step None or (batch, n_kv_heads, D)
-    contiguous; the cache buffers as FoldKVCache holds them. Returns out (batch, n_heads, D)
-    in q's dtype and the natural-log LSE (batch, n_heads) float32; stats receives the
-    FOLD_DECODE_CUDA_STATS counters.
-
-    The op's implementation, also called directly by eager steps (FoldKVCache._step): the
-    custom-op dispatch (autograd, version counters of the twelve mutated buffers) costs
-    ~40 us of host time per step on the H200 host, and nothing in eager mode needs it.
-    torch.compile traces decode_step_op."""
+    contiguous; the cache buffers as FoldKVCache holds them. Writes out (batch, n_heads, D),
+    contiguous in q's dtype, and the natural-log LSE (batch, n_heads), contiguous float32; stats
+    receives the FOLD_DECODE_CUDA_STATS counters. (decode_step_cuda writes the caller's buffers
+    with it: no copy kernels in a captured step.)"""
     batch, n_heads, D = q.shape
     num_pages, n_kv_heads, page_size, _ = k_a.shape
     desc = FoldKVCacheDesc(
@@ -116,8 +114,6 @@ def decode_step_impl(
         refine_band=refine_band,
         v_refine_band=v_refine_band,
     )
-    out = torch.empty((batch, n_heads, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, n_heads), dtype=torch.float32, device=q.device)
     qt, ot = _rows(q, n_heads, D), _rows(out, n_heads, D)
     kt, vt = _rows(k_step, n_kv_heads, D), _rows(v_step, n_kv_heads, D)
     lse_p = ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float))
@@ -129,7 +125,7 @@ def decode_step_impl(
             ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream),
         )
         _lib.check(status, "fold_decode_cuda")
-        return out, lse
+        return
     s = FoldDecodeStats()
     status = library().fold_decode_cpu(ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot, lse_p,
                                        ctypes.byref(s))
@@ -137,6 +133,46 @@ def decode_step_impl(
     counters = [s.keys, s.live_keys, s.refine_keys, s.v_refine_keys, s.rows, s.fixup_rows, int(s.bytes_read)]
     counters += [0] * (STATS_COUNTERS - len(counters))
     stats.copy_(torch.tensor(counters, dtype=torch.int64))
+
+
+
+
+def decode_step_impl(
+    q: torch.Tensor,
+    k_step: Optional[torch.Tensor],
+    v_step: Optional[torch.Tensor],
+    k_a: torch.Tensor,
+    k_b: torch.Tensor,
+    k_scale: torch.Tensor,
+    v: Optional[torch.Tensor],
+    v_a: Optional[torch.Tensor],
+    v_b: Optional[torch.Tensor],
+    v_exp: torch.Tensor,
+    v_page_sum: torch.Tensor,
+    heavy_keys: torch.Tensor,
+    page_table: torch.Tensor,
+    lengths: torch.Tensor,
+    workspace: torch.Tensor,
+    stats: torch.Tensor,
+    max_len: int,
+    v_exp_fixed: bool,
+    softmax_scale: float,
+    depth: Optional[float],
+    refine_band: float,
+    v_refine_band: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """decode_step_into, into new out / LSE tensors, returned.
+
+    The op's implementation, also called directly by eager steps (FoldKVCache._step): the
+    custom-op dispatch (autograd, version counters of the twelve mutated buffers) costs
+    ~40 us of host time per step on the H200 host, and nothing in eager mode needs it.
+    torch.compile traces decode_step_op."""
+    batch, n_heads, D = q.shape
+    out = torch.empty((batch, n_heads, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, n_heads), dtype=torch.float32, device=q.device)
+    decode_step_into(out, lse, q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                     heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
+                     softmax_scale, depth, refine_band, v_refine_band)
     return out, lse
 
 

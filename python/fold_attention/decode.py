@@ -23,7 +23,7 @@ import numbers
 import torch
 
 from . import _lib
-from ._decode_op import decode_step_impl, decode_step_op
+from ._decode_op import decode_step_impl, decode_step_into, decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -485,14 +485,18 @@ class FoldKVCache:
             t is not None and t.requires_grad for t in (q, k, v)
         )
         op = decode_step_op if torch.compiler.is_compiling() or needs_grad else decode_step_impl
-        out, lse = op(
-            q, k, v, self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_exp,
+        out, lse = op(q, k, v, *self._step_buffers())
+        self._stats_pending = True
+        return out, lse
+
+    def _step_buffers(self) -> tuple:
+        """The op's arguments after q, k_step, v_step: the cache's buffers and settings."""
+        return (
+            self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_exp,
             self.v_page_sum, self.heavy_keys, self.page_table, self.lengths, self._workspace,
             self._stats_dev, self.max_len, self._v_exp_fixed is not None, self.softmax_scale,
             self.depth, self.refine_band, self.refine_band + V_REFINE_EXTRA,
         )
-        self._stats_pending = True
-        return out, lse
 
     def __repr__(self) -> str:
         return (
@@ -614,7 +618,20 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     (batch, n_kv_heads, head_dim; None: no append) to every active request and attends q
     (batch, n_heads, head_dim) into out / lse, with no checks and no host synchronisation.
     Pages for the appended tokens must already be reserved (add_request(length=...)) and
-    every active request must have room: nothing is checked."""
+    every active request must have room: nothing is checked. When out / lse are contiguous
+    tensors of the step's shapes and dtypes (q's, float32) on q's device, the kernels write them
+    directly (no copy kernels in a captured step); otherwise the step's results are copied in."""
+    direct = (
+        not torch.compiler.is_compiling()
+        and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v)))
+        and out.is_contiguous() and lse.is_contiguous()
+        and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+        and lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device
+    )
+    if direct:
+        decode_step_into(out, lse, q, k, v, *cache._step_buffers())
+        cache._stats_pending = True
+        return
     o, s = cache._step(q, k, v)
     out.copy_(o)
     lse.copy_(s)
