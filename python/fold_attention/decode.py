@@ -624,6 +624,7 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     direct = (
         not torch.compiler.is_compiling()
         and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v)))
+        and not out.requires_grad and not lse.requires_grad
         and out.is_contiguous() and lse.is_contiguous()
         and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
         and lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device

@@ -500,8 +500,12 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // The front also starts the step's bookkeeping (no memset precedes it): with `appended`, it
 // takes each request's length from the append (Ws::newlen) and block (0, b, 0) publishes it into
 // the cache (the later kernels read it there); the first block of each group resets the group's
-// counters, block (0, 0, 0) the step's (the flagged-group count and `stats`; the combine adds the
+// counters, block (0, 0, 0) the step's (the flagged-group count and `stats`; pass 1 adds the
 // rejected appends from Ws::rej). Every writer of those counters runs after the front.
+// (A group without keys returns before its read counters and pass-1 counter are reset: nothing
+// uses them, but pass 1's statistics load them before testing the length, a read of whatever
+// the workspace held that compute-sanitizer's initcheck would report; to fix in the next GPU
+// round, by predicating those loads.)
 // SMALL: one row per block (rows_per_cta == 1, a small batch, where the front's chain is the
 // step's critical path): the sample's key rows are prefetched into L2 and the first q row into
 // L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
@@ -1576,7 +1580,11 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
       const int s = static_cast<int>(i % ws.splits);
       const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
       __syncthreads();  // the previous item's reads of the shared memory are done
-      if (s * kSplitKeys < c.lengths[b]) fixup_group(c, p, ws, hk, b);  // (uniform)
+      // (uniform) The guard's rare path repeats the fix-up in every split block of the group:
+      // O(flagged rows x L) each, with the reference's serial sum over L keys, so the worst case
+      // (many long flagged groups) costs ~splits x the old one-block fix-up in total, spread over
+      // the grid (notes/decode.md section 18, review).
+      if (s * kSplitKeys < c.lengths[b]) fixup_group(c, p, ws, hk, b);
       split_item<NP, MMA>(c, p, ws, pass, stats, s, hk, b);
       combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }

@@ -89,7 +89,8 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 //   p1done  int32   [batch, n_kv_heads]     pass-1 split blocks done (the last combines)
 //   flist   int32   [batch * n_kv_heads]    guard: the flagged groups, pass 1's work list
 // Nothing needs zeroing by the caller or by a memset: every counter is reset by the step's front
-// (the kernel that runs before any of their writers), so the workspace may be uninitialised.
+// (the kernel that runs before any of their writers; gcnt and p1done only for groups with keys,
+// the only ones that use them), so the workspace may be uninitialised.
 struct DecodeWorkspace {
   int8_t *qa, *qb;
   float *sq, *z;
