@@ -39,13 +39,17 @@ def graphed_median(fn, reps=10):
 torch.manual_seed(2)
 u = torch.zeros(D, device=dev)
 u[0] = 1.0
+w = torch.zeros(D, device=dev)
+w[1] = 1.0  # decoys along w (orthogonal to q) fill the heavy-key list ahead of the needle
 for needle in (False, True):
     cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=None, dtype=torch.float16, device=dev)
     for b in range(B):
         cache.add_request()
         k = torch.randn(L, Hkv, D, device=dev) * 0.3
+        for j in range(100, L - 100, (L - 200) // 10):
+            k[j] = 40.0 * w
         if needle:
-            k[L // 2 + 131 * b % 1000] = 21.0 * u  # a middle key the strata miss
+            k[L // 2 + 131 * b % 1000] = 21.0 * u  # a middle key the sample misses
         cache.extend(b, k.half(), torch.randn(L, Hkv, D, device=dev).half())
     q = (12.0 * u).expand(B, H, D).contiguous().half()
     out = torch.empty(B, H, D, dtype=torch.float16, device=dev)
