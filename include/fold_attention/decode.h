@@ -131,10 +131,11 @@ FOLD_API fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int
 
 /* fold_decode_cpu on the device. q, k_step, v_step, out, lse are device pointers; stats is
  * NULL or FOLD_DECODE_CUDA_STATS device int64 counters; workspace holds at least
- * fold_decode_cuda_workspace_size bytes (256-byte aligned). The cache's k_a, k_b, k_scale
- * and value arrays (v, or v_a / v_b) must be 16-byte aligned on CUDA (16-byte copies; else
- * FOLD_ERR_UNSUPPORTED). The range guard runs in-stream (flagged groups are recomputed by
- * kernels that are always launched). */
+ * fold_decode_cuda_workspace_size bytes (256-byte aligned; it may be uninitialised: each call
+ * resets what it uses, and one workspace must not serve two calls in flight at once). The
+ * cache's k_a, k_b, k_scale and value arrays (v, or v_a / v_b) must be 16-byte aligned on CUDA
+ * (16-byte copies; else FOLD_ERR_UNSUPPORTED). The range guard runs in-stream (flagged groups are
+ * recomputed by kernels that are always launched). */
 FOLD_API fold_status_t fold_decode_cuda(const fold_kvcache_t *cache,
                                         const fold_decode_params_t *params, fold_tensor_t q,
                                         fold_tensor_t k_step, fold_tensor_t v_step,
