@@ -12,28 +12,10 @@ import torch
 
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
+from graph_timing import graphed_median
 
 B, L, H, Hkv, D = (int(x) for x in sys.argv[1:6]) if len(sys.argv) > 5 else (16, 32768, 32, 8, 128)
 dev = torch.device("cuda")
-flush = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
-
-
-def graphed_median(fn, reps=10):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return sorted(ts)[len(ts) // 2]
 
 
 torch.manual_seed(2)
@@ -54,7 +36,7 @@ for needle in (False, True):
     q = (12.0 * u).expand(B, H, D).contiguous().half()
     out = torch.empty(B, H, D, dtype=torch.float16, device=dev)
     lse = torch.empty(B, H, dtype=torch.float32, device=dev)
-    t = graphed_median(lambda: decode_step_cuda(cache, q, None, None, out, lse))
+    t = graphed_median(lambda: decode_step_cuda(cache, q, None, None, out, lse), reps=10)
     st = cache.stats()
     print(f"B={B} L={L} H={H}/{Hkv} D={D} needle={needle}: graphed attend {t:.1f} us, "
           f"fixup rows {st['fixup_rows']} of {st['rows']}", flush=True)

@@ -19,9 +19,9 @@ from torch.profiler import ProfilerActivity, profile
 
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
+from graph_timing import flush_l2, graphed_median
 
 dev = torch.device("cuda")
-flush = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
 H_ = 32 if "--g4" in sys.argv else 64
 SHAPES = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128))
 if "--shapes" in sys.argv:
@@ -36,24 +36,6 @@ def short(name):
     if m:
         return m.group(0)
     return name[:40]
-
-
-def graphed_median(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return sorted(ts)[len(ts) // 2]
 
 
 for B, L, H, Hkv, D in SHAPES:
@@ -78,7 +60,7 @@ for B, L, H, Hkv, D in SHAPES:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(REPS):
-                flush.zero_()
+                flush_l2()
                 attend()
             torch.cuda.synchronize()
         # Each attend's launches of one kernel in start order: #0 = the first (pass 0), #1 the

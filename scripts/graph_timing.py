@@ -1,0 +1,33 @@
+"""Graph-replay timing shared by the decode scripts: the median of a captured call's replays,
+each after the L2 is flushed (a 512 MB write), in microseconds. Needs a GPU."""
+import torch
+
+_flush = None
+
+
+def flush_l2():
+    """Writes 512 MB, so that a timed call starts from a cold L2."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    _flush.zero_()
+
+
+def graphed_median(fn, reps=20):
+    """fn() captured once in a CUDA graph (after one eager warm-up call), then replayed reps
+    times, each after flush_l2(); the median replay time in microseconds."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ts = []
+    for _ in range(reps):
+        flush_l2()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    return sorted(ts)[len(ts) // 2]
