@@ -481,10 +481,7 @@ class FoldKVCache:
         torch.compile and dispatched when an input requires grad (autograd then refuses to
         backpropagate through it rather than cutting the graph silently); otherwise its
         implementation is called directly (the dispatch costs ~40 us of host time per step)."""
-        needs_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (q, k, v)
-        )
-        op = decode_step_op if torch.compiler.is_compiling() or needs_grad else decode_step_impl
+        op = decode_step_op if _needs_op(q, k, v) else decode_step_impl
         out, lse = op(q, k, v, *self._step_buffers())
         self._stats_pending = True
         return out, lse
@@ -612,6 +609,14 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     return (out, lse) if return_lse else out
 
 
+def _needs_op(*tensors) -> bool:
+    """Whether a step must go through the registered op (traced under torch.compile, or an
+    input requires grad) rather than call its implementation directly."""
+    return torch.compiler.is_compiling() or (
+        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    )
+
+
 def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
                      out: torch.Tensor, lse: torch.Tensor) -> None:
     """The graph-capturable core of fold_attn_with_kvcache for a CUDA cache: appends k/v
@@ -622,8 +627,7 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     tensors of the step's shapes and dtypes (q's, float32) on q's device, the kernels write them
     directly (no copy kernels in a captured step); otherwise the step's results are copied in."""
     direct = (
-        not torch.compiler.is_compiling()
-        and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v)))
+        not _needs_op(q, k, v)
         and not out.requires_grad and not lse.requires_grad
         and out.is_contiguous() and lse.is_contiguous()
         and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
