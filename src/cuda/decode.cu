@@ -503,9 +503,7 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // counters, block (0, 0, 0) the step's (the flagged-group count and `stats`; pass 1 adds the
 // rejected appends from Ws::rej). Every writer of those counters runs after the front.
 // (A group without keys returns before its read counters and pass-1 counter are reset: nothing
-// uses them, but pass 1's statistics load them before testing the length, a read of whatever
-// the workspace held that compute-sanitizer's initcheck would report; to fix in the next GPU
-// round, by predicating those loads.)
+// reads them.)
 // SMALL: one row per block (rows_per_cta == 1, a small batch, where the front's chain is the
 // step's critical path): the sample's key rows are prefetched into L2 and the first q row into
 // L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
@@ -1574,17 +1572,23 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
       add_step_stats(c.lengths, ws.flag, ws.bad, ws.gcnt, appended ? ws.rej : nullptr, c.batch,
                      c.n_kv_heads, p.n_heads / c.n_kv_heads, c.head_dim,
                      reinterpret_cast<unsigned long long *>(stats));
+    // Each block takes a contiguous range of the items (group-major), so that consecutive items
+    // are mostly splits of one group and the block recomputes the group's fix-up once for all of
+    // them (it reads its own ws.z write after that): a fix-up per block and group, not per item
+    // (the fix-up is O(flagged rows x L) with a serial sum over L keys).
     const int64_t items = static_cast<int64_t>(*ws.nflag) * ws.splits;
-    for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
+    const int64_t per = (items + gridDim.x - 1) / gridDim.x;
+    const int64_t i1 = min(items, (static_cast<int64_t>(blockIdx.x) + 1) * per);
+    int32_t fixed = -1;  // the group whose fix-up this block has done
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * per; i < i1; ++i) {
       const int32_t grp = ws.flist[i / ws.splits];
       const int s = static_cast<int>(i % ws.splits);
       const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
       __syncthreads();  // the previous item's reads of the shared memory are done
-      // (uniform) The guard's rare path repeats the fix-up in every split block of the group:
-      // O(flagged rows x L) each, with the reference's serial sum over L keys, so the worst case
-      // (many long flagged groups) costs ~splits x the old one-block fix-up in total, spread over
-      // the grid (notes/decode.md section 18, review).
-      if (s * kSplitKeys < c.lengths[b]) fixup_group(c, p, ws, hk, b);
+      if (s * kSplitKeys < c.lengths[b] && grp != fixed) {  // (uniform)
+        fixup_group(c, p, ws, hk, b);
+        fixed = grp;
+      }
       split_item<NP, MMA>(c, p, ws, pass, stats, s, hk, b);
       combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }
@@ -2472,10 +2476,11 @@ __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int
     const int32_t L = lengths[grp / n_kv_heads];
     const int32_t fl = flag[grp];
     if (rej != nullptr && grp % n_kv_heads == 0) v[7] += rej[grp / n_kv_heads] != 0;
+    // A keyless group's read counters were not reset by the front: not read.
+    if (L <= 0) continue;
     unsigned long long gc[5];
 #pragma unroll
     for (int i = 0; i < 5; ++i) gc[i] = gcnt[grp * 5 + i];
-    if (L <= 0) continue;
     v[kRows] += G;
     if (fl != 0) {
       for (int g = 0; g < G; ++g) v[kFixupRows] += bad[grp * G + g] != 0;  // rows b H + hk G + g
