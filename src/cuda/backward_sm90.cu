@@ -47,6 +47,8 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "cuda/backward_sm90_tiles.cuh"
+#include "cuda/backward_sm90_ws.cuh"
 #include "cuda/hopper/stmatrix.cuh"
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
@@ -61,7 +63,9 @@ namespace fold::cuda {
 namespace {
 
 namespace hp = hopper;
-using tile::cp_async16;
+using bwd::cp_async4;
+using bwd::QdoMuls;
+using bwd::stage_index;
 using tile::cp_async_commit;
 using tile::cp_async_wait_all;
 using tile::fast_exp2;
@@ -108,62 +112,6 @@ struct Sm90Cfg {
   static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0, "swizzle atoms");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
-
-// 0 for a broadcast view's head / batch TMA coordinate (tensor_map.h), else 1.
-struct QdoMuls {
-  int32_t q_head, q_batch, do_head, do_batch;
-};
-
-// Word index of (row, col) in the dQ staging tile (Sm90Cfg: swizzled column blocks).
-template <int BM>
-__device__ __forceinline__ int stage_index(int row, int col) {
-  const int chunk = ((col & 31) >> 2) ^ (row & 7);
-  return (col >> 5) * (BM * 32) + row * 32 + chunk * 4 + (col & 3);
-}
-
-// 4-byte cp.async with zero fill (lse, Delta rows).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
-  const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
-// Rows [row0, row0 + ROWS) of head `head` of request b into a swizzled [blocks][ROWS][64]
-// tile at `base` (zeros past the request's end), with all threads of the block.
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile_sw(uint32_t base, const fold_attn_problem_t &p,
-                                             const fold_tensor_t &t, int b, const Request &r,
-                                             int64_t row0, int head) {
-  constexpr int kChunks = D / 8;
-  const char *data = static_cast<const char *>(t.data);
-  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
-                ROWS % (kThreads / kChunks) == 0) {
-    // Every thread keeps one chunk column c and takes rows row_t + kStep * it: the source
-    // advances by kStep tokens, the destination by kStep rows (the swizzle phase row % 8 is
-    // the same for all of them), so the address arithmetic is done once.
-    constexpr int kStep = kThreads / kChunks;
-    const int c = threadIdx.x % kChunks, row_t = threadIdx.x / kChunks;
-    const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row_t * 128 +
-                                                      (((c & 7) ^ (row_t & 7)) << 4));
-    const int64_t src = element_offset(p, t, b, r, row0 + row_t, head) + c * 8;  // elements
-#pragma unroll
-    for (int it = 0; it < ROWS / kStep; ++it) {
-      const bool valid = row0 + row_t + it * kStep < r.len;
-      const char *ptr = valid ? data + (src + it * kStep * t.token_stride) * 2 : data;
-      tile::cp_async16(dst + it * kStep * 128, ptr, valid);
-    }
-  } else {
-    for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kThreads) {
-      const int row = idx / kChunks;
-      const int c = idx % kChunks;
-      const bool valid = row0 + row < r.len;
-      const char *src =
-          valid ? data + (element_offset(p, t, b, r, row0 + row, head) + c * 8) * 2 : data;
-      const uint32_t dst = base + static_cast<uint32_t>((c >> 3) * (ROWS * 128) + row * 128 +
-                                                        (((c & 7) ^ (row & 7)) << 4));
-      cp_async16(dst, src, valid);
-    }
-  }
-}
 
 // lse and Delta of rows [q0, q0 + BM) of head h (zeros past the end).
 template <int BM>
@@ -283,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     hp::tma_prefetch_descriptor(&tm_do);
     issue_qdo(0, q_begin, hk * group);
   }
-  load_tile_sw<kBn, D>(k_addr, p, k, b, r, k0, hk);
-  load_tile_sw<kBn, D>(v_addr, p, v, b, r, k0, hk);
+  bwd::load_tile_sw<kBn, D, kThreads>(k_addr, p, k, b, r, k0, hk, threadIdx.x);
+  bwd::load_tile_sw<kBn, D, kThreads>(v_addr, p, v, b, r, k0, hk, threadIdx.x);
   load_rows_stats<kBm>(stats_addr(0), p, lse, delta, r, q_begin, hk * group);
   cp_async_commit();
   __syncthreads();  // the mbarriers' initialisation, before anyone waits on them
@@ -579,11 +527,14 @@ void check(cudaError_t err, const char *what) {
 template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
-                 int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order,
+                 int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
                  cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  auto kernel = backward_sm90_kernel<D, Tag>;
-  set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "backward_sm90");
+  auto kernel = ws ? bwd::backward_ws_kernel<D, Tag> : backward_sm90_kernel<D, Tag>;
+  const int threads = ws ? bwd::kWsThreads : kThreads;
+  const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
+  set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
+                       ws ? "backward_ws" : "backward_sm90");
   // Work items: (KV head x request, key block), in chunks of KV head x request whose key
   // blocks are scheduled together (see the kernel): about two waves of CTAs per chunk (enough
   // for longest-first to balance the causal triangle) and few heads resident at a time (L2
@@ -610,7 +561,9 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                                  static_cast<uint64_t>(p.total_tokens)};
   const uint64_t grid_strides[2] = {static_cast<uint64_t>(D) * 4,
                                     static_cast<uint64_t>(p.n_heads) * D * 4};
-  const uint32_t grid_box[3] = {Cfg::kStageCols, 1, static_cast<uint32_t>(Cfg::kBm)};
+  // The warp-specialised kernel pushes each consumer's half on its own: 64-row boxes.
+  const uint32_t grid_box[3] = {Cfg::kStageCols, 1,
+                                static_cast<uint32_t>(ws ? bwd::kWsPushRows : Cfg::kBm)};
   const CUtensorMap dq_map = encode_tiled(dq_grid, CU_TENSOR_MAP_DATA_TYPE_INT32, 3, grid_dims,
                                           grid_strides, grid_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const ViewMap mq = make_view_map(p, q, p.n_heads, Cfg::kBm);
@@ -622,7 +575,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
       const dim3 grid(static_cast<unsigned>(chunk),
                       static_cast<unsigned>(std::min(n_kb - kb0, kMaxYZ)),
                       static_cast<unsigned>((hb_end - hb0 + chunk - 1) / chunk));
-      kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(
+      kernel<<<grid, threads, smem_bytes, stream>>>(
           p, q, k, v, dout, lse, delta, bounds, dq_map, mq.map, mdo.map, muls, dk, dv,
           static_cast<uint32_t>(hb0), static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
       check(cudaGetLastError(), "backward_sm90_kernel launch");
@@ -638,7 +591,8 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
                          cudaStream_t stream) {
   const char *env = std::getenv("FOLD_BWD_VARIANT");
   const bool v1_order = env != nullptr && std::string(env) == "v1";
-  launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, stream);
+  const bool ws = env != nullptr && std::string(env) == "ws";
+  launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws, stream);
 }
 
 template <class Tag>

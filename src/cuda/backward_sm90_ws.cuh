@@ -1,0 +1,469 @@
+// Deterministic training backward, main kernel, warp-specialised (sm_90a): the arithmetic of
+// backward_sm90.cu's kernel (same wgmmas in the same order, same roundings: the same bits),
+// with a producer warpgroup that takes every load and the dQ push off the two consumer
+// warpgroups, so that they no longer meet at a CTA barrier at the top of every pair.
+//
+// 384 threads. Warpgroup 0, producer (setmaxnreg.dec 24):
+//   warp 0: per (query head, query block) pair, Q and dO by TMA and lse / Delta by cp.async
+//     into one of two stages (full[s]: 1 expect-tx arrival + 32 cp.async arrivals), after
+//     both consumers released the stage (empty[s], 256 arrivals);
+//   warps 1 and 2: the dQ partials of consumer 0 and 1: when the consumer's half of the
+//     staging tile is written (named barrier kBarFull + c), TMA reduce-adds of its column
+//     blocks (Bm = 64) or rows (Bm = 128) into the int32 grid; once the bulk copy has read
+//     the tile, the consumer may write it again (kBarEmpty + c).
+// Warpgroups 1 and 2, consumers c = 0, 1 (setmaxnreg.inc 240): K and V of the block first
+// (cp.async, zeros past the request's end), then keys 64 c .. 64 c + 63, their dK and dV. Per pair:
+// S^T, dP^T, P, dS^T, dV / dK (as backward_sm90.cu), dS^T into one of two shared buffers; the only
+// meeting point of the two consumers is the named barrier that says both halves of dS^T are in
+// (kBarCons), before each computes its part of the dQ partial. With two dS^T buffers, one consumer
+// may run the next pair's S^T / dP^T while the other is still in its dQ product, so the tensor
+// cores see one consumer's wgmmas while the other does its exponentials and conversions. Invariance
+// and determinism are those of backward_sm90.cu: nothing here depends on the batch or on timing; dQ
+// is summed with integer adds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/float_bits.h"
+#include "core/grid_scale.h"
+#include "core/problem.h"
+#include "core/tile_plan.h"
+#include "cuda/backward_sm90_tiles.cuh"
+#include "cuda/hopper/mbarrier.cuh"
+#include "cuda/hopper/stmatrix.cuh"
+#include "cuda/hopper/tma.cuh"
+#include "cuda/hopper/warpgroup.cuh"
+#include "cuda/hopper/wgmma.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace fold::cuda::bwd {
+
+constexpr int kWsThreads = 384;
+constexpr int kWsProducerRegs = 32;
+constexpr int kWsConsumerRegs = 232;  // 128 x 32 + 256 x 232 = 63488 <= 384 x 168
+// Named barriers (0 is __syncthreads, used only before the roles split).
+constexpr int kBarCons = 1;      // the 256 consumer threads: both halves of dS^T are in
+constexpr int kBarFull = 2;      // + c: consumer c's staging half written (128 + 32 threads)
+constexpr int kBarEmpty = 4;     // + c: consumer c's staging half read by the bulk copy
+constexpr int kWsPushRows = 64;  // rows of the dQ push's TMA box
+
+template <int D>
+struct WsCfg {
+  static constexpr int kBm = backward_plan(D).block_m;
+  static constexpr int kBn = backward_plan(D).block_n;
+  static constexpr int kDBlocks = (D + 63) / 64;
+  static constexpr int kKBytes = kDBlocks * kBn * 128;
+  static constexpr int kQBytes = kDBlocks * kBm * 128;
+  static constexpr int kDsBytes = (kBm / 64) * kBn * 128;  // one dS^T buffer
+  static constexpr int kStageCols = 32;
+  static constexpr int kStageBlocks = D / kStageCols;
+  static constexpr int kStageBlockBytes = kBm * kStageCols * 4;
+  static constexpr int kStageBytes = kStageBlocks * kStageBlockBytes;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kKBytes;
+  static constexpr int kOffQdo = 2 * kKBytes;           // stage i: Q at + 2 i kQBytes, dO after it
+  static constexpr int kOffDs = kOffQdo + 4 * kQBytes;  // buffer i at + i kDsBytes
+  static constexpr int kOffStage = kOffDs + 2 * kDsBytes;
+  static constexpr int kOffLse = kOffStage + kStageBytes;  // stage i: lse [kBm], Delta [kBm]
+  static constexpr int kOffPin = kOffLse + 4 * kBm * 4;    // [256 consumer threads] x 4 B
+  static constexpr int kOffBar = kOffPin + 256 * 4;        // full[2], empty[2]
+  static constexpr int kBytes = kOffBar + 4 * 8;
+  static constexpr int kSmemBytes = kBytes + 1024;
+  static constexpr int kDqN0 = kBm == 128 ? D : 64;
+  static constexpr int kDqN1 = kBm == 128 ? D : D - 64;
+
+  static_assert(kBn == 128, "two consumer warpgroups of 64 keys");
+  static_assert(kBm == 64 || kBm == 128, "query block");
+  static_assert(kBm == 128 ? D == 64 : (D > 64 && D <= 128), "dQ split");
+  static_assert(D % kStageCols == 0 && kStageBlockBytes % 1024 == 0, "dQ staging boxes");
+  static_assert(kOffDs % 1024 == 0 && kOffStage % 1024 == 0 && kDsBytes % 1024 == 0,
+                "swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+template <int D, class Tag>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
+                       const fold_tensor_t v, const fold_tensor_t dout,
+                       const float *__restrict__ lse, const float *__restrict__ delta,
+                       const float *__restrict__ bounds, const __grid_constant__ CUtensorMap dq_map,
+                       const __grid_constant__ CUtensorMap tm_q,
+                       const __grid_constant__ CUtensorMap tm_do, const QdoMuls muls,
+                       const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
+                       uint32_t hb_end, uint32_t kb0) {
+  namespace hp = hopper;
+  using Cfg = WsCfg<D>;
+  using T = typename Tag::T;
+  constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = tile::smem_addr(smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  unsigned char *const smem = smem_raw + (base - raw_addr);
+  const uint32_t k_addr = base + Cfg::kOffK, v_addr = base + Cfg::kOffV;
+
+  // The work item, as backward_sm90_kernel (same grid, same order).
+  const uint32_t hb = hb0 + blockIdx.z * gridDim.x + blockIdx.x;
+  if (hb >= hb_end) return;
+  const int b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
+  const int hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
+  const Request r = request_of(p, b);
+  const int64_t k0 = static_cast<int64_t>(kb0 + blockIdx.y) * kBn;
+  if (k0 >= r.len) return;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  const int tid = threadIdx.x;
+  const int wg = hp::warpgroup_index();
+
+  uint64_t *const full = reinterpret_cast<uint64_t *>(smem + Cfg::kOffBar);
+  uint64_t *const empty = full + 2;
+  if (tid == 0) {
+    hp::mbar_init(&full[0], 1 + 32);
+    hp::mbar_init(&full[1], 1 + 32);
+    hp::mbar_init(&empty[0], 256);
+    hp::mbar_init(&empty[1], 256);
+    hp::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ================================ producer ================================
+    hp::setmaxnreg_dec<kWsProducerRegs>();
+    const int warp = tid >> 5, lane = tid & 31;
+    if (warp == 0) {
+      const bool dense = p.cu_seqlens == nullptr;
+      const int32_t row_base = dense ? 0 : static_cast<int32_t>(r.first);
+      const int32_t batch = dense ? b : 0;
+      if (lane == 0) {
+        hp::tma_prefetch_descriptor(&tm_q);
+        hp::tma_prefetch_descriptor(&tm_do);
+      }
+      int stage = 0, n = 0;
+      uint32_t phases = 0;  // bit s: the parity the next wait on empty[s] expects
+      for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1, ++n) {
+          if (n >= 2) {
+            hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
+            phases ^= 1u << stage;
+          }
+          if (lane == 0) {
+            unsigned char *dst = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
+            const int32_t row = row_base + static_cast<int32_t>(q0);
+            hp::mbar_arrive_expect_tx(&full[stage], 2 * Cfg::kQBytes);
+#pragma unroll
+            for (int pn = 0; pn < Cfg::kDBlocks; ++pn) {
+              hp::tma_load_4d(dst + pn * kBm * 128, &tm_q, &full[stage], pn * 64, h * muls.q_head,
+                              row, batch * muls.q_batch);
+              hp::tma_load_4d(dst + Cfg::kQBytes + pn * kBm * 128, &tm_do, &full[stage], pn * 64,
+                              h * muls.do_head, row, batch * muls.do_batch);
+            }
+          }
+          // lse and Delta of the pair's rows (zeros past the request's end).
+          const uint32_t st = base + Cfg::kOffLse + 8u * stage * kBm;
+          const int64_t row0 = static_cast<int64_t>(h) * p.total_tokens + r.first + q0;
+#pragma unroll
+          for (int i = lane; i < kBm; i += 32) {
+            const bool valid = q0 + i < r.len;
+            cp_async4(st + 4u * i, valid ? lse + row0 + i : lse, valid);
+            cp_async4(st + 4u * (kBm + i), valid ? delta + row0 + i : delta, valid);
+          }
+          tile::cp_async_commit();
+          cp_async_mbar_arrive_noinc(hp::smem_u32(&full[stage]));
+        }
+      }
+    } else if (warp <= 2) {
+      // The dQ push of consumer c = warp - 1.
+      const int c = warp - 1;
+      int pairs = 0;
+      for (int h = hk * group; h < (hk + 1) * group; ++h)
+        pairs += static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
+      hp::named_bar_arrive(kBarEmpty + c, 128 + 32);  // the staging half starts free
+      int n = 0;
+      for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, ++n) {
+          hp::named_bar_sync(kBarFull + c, 128 + 32);
+          if (lane == 0) {
+            const int32_t row = static_cast<int32_t>(r.first + q0);
+            if constexpr (kBm == 128) {
+              // Rows 64 c .. 64 c + 63 of every column block.
+#pragma unroll
+              for (int cb = 0; cb < Cfg::kStageBlocks; ++cb)
+                hp::tma_reduce_add_3d(
+                    &dq_map, smem + Cfg::kOffStage + cb * Cfg::kStageBlockBytes + c * 64 * 128,
+                    cb * Cfg::kStageCols, h, row + 64 * c);
+            } else {
+              // Columns 64 c .. 64 c + kDqN - 1: column blocks 2 c .. .
+              const int cb_end = c == 0 ? Cfg::kDqN0 / 32 : 2 + Cfg::kDqN1 / 32;
+              for (int cb = 2 * c; cb < cb_end; ++cb)
+                hp::tma_reduce_add_3d(&dq_map, smem + Cfg::kOffStage + cb * Cfg::kStageBlockBytes,
+                                      cb * Cfg::kStageCols, h, row);
+            }
+            hp::bulk_commit();
+            if (n + 1 < pairs)
+              hp::bulk_wait_read<0>();
+            else
+              hp::bulk_wait<0>();
+          }
+          __syncwarp();
+          if (n + 1 < pairs) hp::named_bar_arrive(kBarEmpty + c, 128 + 32);
+        }
+      }
+    }
+    tile::cp_async_wait_all();  // no thread leaves with its copies in flight
+    return;
+  }
+
+  // ================================ consumers ================================
+  hp::setmaxnreg_inc<kWsConsumerRegs>();
+  const int c = wg - 1;
+  const int ctid = tid - 128;  // 0 .. 255
+  const GridScale gs =
+      grid_scale(bounds + (static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS, D);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float ds_scale = exp2i(gs.t);
+  const int dq_k = gs.s - gs.t;
+  const bool dq_one_mul = dq_k >= -126 && dq_k <= 127;
+  const float dq_mul = dq_one_mul ? exp2i(dq_k) : 1.0f;
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  int32_t *const staging = reinterpret_cast<int32_t *>(smem + Cfg::kOffStage);
+
+  float dv_acc[D / 2], dk_acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+
+  const uint64_t k_desc_a = hp::desc_k_major_sw128(k_addr + c * 64 * 128);
+  const uint64_t v_desc_a = hp::desc_k_major_sw128(v_addr + c * 64 * 128);
+  const uint32_t ds_base = base + Cfg::kOffDs;
+  uint64_t dq_desc_a, dq_desc_b;  // for dS^T buffer 0 (buffer 1: + kDsBytes >> 4)
+  if constexpr (kBm == 128) {
+    dq_desc_a = hp::desc_mn_major_sw128(ds_base + c * kBn * 128, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr, kBn * 128);
+  } else {
+    dq_desc_a = hp::desc_mn_major_sw128(ds_base, kBn * 128);
+    dq_desc_b = hp::desc_mn_major_sw128(k_addr + c * kBn * 128, kBn * 128);
+  }
+  const int dq_row0 = kBm == 128 ? 64 * c : 0;
+  const int dq_col0 = kBm == 128 ? 0 : 64 * c;
+  const int key_l = 64 * c + 16 * warp + g;
+
+  // K and V of the block, by the consumers (the producer's 24 registers would spill).
+  load_tile_sw<kBn, D, 256>(k_addr, p, k, b, r, k0, hk, ctid);
+  load_tile_sw<kBn, D, 256>(v_addr, p, v, b, r, k0, hk, ctid);
+  tile::cp_async_commit();
+  tile::cp_async_wait_all();
+  hp::fence_proxy_async();  // cp.async writes (generic proxy) -> the wgmma reads
+  hp::named_bar_sync(kBarCons, 256);
+  int stage = 0;
+  uint32_t phases = 0;  // bit s: the parity the next wait on full[s] expects
+
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+      hp::mbar_wait(&full[stage], (phases >> stage) & 1u);
+      phases ^= 1u << stage;
+      if (q0 + kBm > r.len) {
+        // Rows past the request's end of this stage's Q and dO := 0 (TMA brought the next
+        // request's rows or zeros), by both consumers, before either reads the stage.
+        const int valid = static_cast<int>(r.len - q0);
+        const int chunks = (kBm - valid) * 8;
+        unsigned char *tile_s = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
+        for (int i = ctid; i < 2 * Cfg::kDBlocks * chunks; i += 256) {
+          const int panel = i / chunks, ch = i % chunks;
+          *reinterpret_cast<uint4 *>(tile_s + panel * kBm * 128 + valid * 128 + ch * 16) =
+              make_uint4(0, 0, 0, 0);
+        }
+        hp::fence_proxy_async();
+        hp::named_bar_sync(kBarCons, 256);
+      }
+      const uint32_t q_addr = base + Cfg::kOffQdo + 2u * stage * Cfg::kQBytes;
+      const uint32_t do_addr = q_addr + Cfg::kQBytes;
+      const uint32_t ds_addr = ds_base + stage * Cfg::kDsBytes;
+      const float *lse_s = reinterpret_cast<const float *>(smem + Cfg::kOffLse + 8 * stage * kBm);
+      const float *delta_s = lse_s + kBm;
+
+#pragma unroll 1
+      for (int sub = 0; sub < kBm / 64; ++sub) {
+        const int r0 = 64 * sub;
+        // ---- 1. S^T = K_c Q^T, dP^T = V_c dO^T.
+        float s[32], dp[32];
+        {
+          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
+          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
+          hp::fence();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
+          }
+          hp::commit();
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
+            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
+            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
+          }
+          hp::commit();
+          hp::wait<1>();
+          hp::fence_operands(s);
+        }
+        // ---- 2. P^T and dS^T 2^t in place, masked where needed (backward_sm90.cu).
+        {
+          const int len = r.len;
+          const bool need_mask = k0 + 64 * c + 64 > len || q0 + r0 + 64 > len ||
+                                 (p.causal && k0 + 64 * c + 63 > q0 + r0);
+          const int key_limit = static_cast<int>(len - k0);
+          const int row_limit = static_cast<int>(len - q0);
+          const int diag = static_cast<int>(q0 - k0);
+          const auto finish = [&](auto masked) {
+            constexpr bool kMasked = decltype(masked)::value;
+            const auto valid = [&](int j, int i, int e) {
+              if constexpr (!kMasked) return true;
+              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
+              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+            };
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
+                  s[idx] = valid(j, i, e) ? fminf(1.0f, tile::fast_exp2(s[idx] * scale_log2 - lse2))
+                                          : 0.0f;
+                }
+            }
+            {
+              // The pin of backward_sm90.cu: keeps P's exponentials in front of dP^T's wait.
+              uint32_t fold = 0;
+#pragma unroll
+              for (int kx = 0; kx < 16; ++kx) fold ^= tile::pack2(s[2 * kx], s[2 * kx + 1], Tag{});
+              *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + ctid * 4) = fold;
+            }
+            hp::wait<0>();
+            hp::fence_operands(dp);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int idx = 4 * j + 2 * i + e;
+                  const float dlv = e ? dl.y : dl.x;
+                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
+                }
+            }
+          };
+          if (need_mask)
+            finish(std::true_type{});
+          else
+            finish(std::false_type{});
+        }
+        uint32_t pf[4][4], df[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+            df[kk][x] = tile::pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
+          }
+        {
+          const int x = lane >> 3, rr = lane & 7;
+          const uint32_t line =
+              ds_addr + sub * (kBn * 128) + (64 * c + 16 * warp + 8 * (x & 1) + rr) * 128;
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const int j = 2 * m + (x >> 1);
+            hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
+          }
+        }
+        // ---- 3. dV += P^T dO, dK += dS^T Q.
+        {
+          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
+          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
+          hp::fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
+          }
+          hp::commit();
+        }
+      }
+      hp::fence_proxy_async();            // dS^T (generic stores) -> the dQ wgmma (async proxy)
+      hp::named_bar_sync(kBarCons, 256);  // both halves of dS^T are in
+
+      // ---- 4. dQ partial = dS K; 5. onto the integer grid, into this consumer's half of
+      // the staging tile, pushed by producer warp 1 + c.
+      const uint32_t ds_off = (stage * Cfg::kDsBytes) >> 4;
+      const auto dq_pass = [&](auto n_tag) {
+        constexpr int kN = decltype(n_tag)::value;
+        float acc[kN / 2];
+        hp::fence();
+#pragma unroll
+        for (int ks = 0; ks < kBn / 16; ++ks)
+          hp::wgmma_ss<kN, T, 1, 1>(acc, dq_desc_a + ds_off + ks * 128, dq_desc_b + ks * 128,
+                                    ks > 0);
+        hp::commit();
+        hp::wait<0>();  // (also retires step 3: this stage's Q, dO are no longer read)
+        hp::fence_operands(acc);
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+        hp::mbar_arrive(&empty[stage]);
+        hp::named_bar_sync(kBarEmpty + c, 128 + 32);
+        const auto convert = [&](auto to_grid) {
+#pragma unroll
+          for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
+              int2 units;
+              units.x = __float2int_rn(to_grid(acc[4 * j + 2 * i]));
+              units.y = __float2int_rn(to_grid(acc[4 * j + 2 * i + 1]));
+              *reinterpret_cast<int2 *>(staging + stage_index<kBm>(row, col)) = units;
+            }
+        };
+        if (dq_one_mul)
+          convert([&](float x) { return mul_rn(x, dq_mul); });
+        else
+          convert([&](float x) { return scale_pow2(x, dq_k); });
+      };
+      if (c == 0)
+        dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
+      else
+        dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
+      hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
+      hp::named_bar_arrive(kBarFull + c, 128 + 32);
+    }
+  }
+
+  // ---- Epilogue: the consumer's 64 keys of dK and dV (backward_sm90.cu).
+  const float nan = __int_as_float(0x7fffffff);
+  const float dk_unscale = exp2i(-gs.t);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t key = k0 + key_l + 8 * i;
+    if (key >= r.len) continue;
+    T *dk_row = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key, hk) + 2 * tq;
+    T *dv_row = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key, hk) + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float x[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        x[e] =
+            gs.valid ? mul_rn(mul_rn(dk_acc[4 * j + 2 * i + e], dk_unscale), p.softmax_scale) : nan;
+      *reinterpret_cast<uint32_t *>(dk_row + 8 * j) = tile::pack2(x[0], x[1], Tag{});
+      *reinterpret_cast<uint32_t *>(dv_row + 8 * j) =
+          tile::pack2(dv_acc[4 * j + 2 * i], dv_acc[4 * j + 2 * i + 1], Tag{});
+    }
+  }
+}
+
+}  // namespace fold::cuda::bwd
