@@ -530,7 +530,11 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
                  cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  auto kernel = ws ? bwd::backward_ws_kernel<D, Tag> : backward_sm90_kernel<D, Tag>;
+  const char *wsn_env = std::getenv("FOLD_BWD_VARIANT");
+  const bool wsn = ws && wsn_env != nullptr && std::string(wsn_env) == "wsn";
+  auto kernel = wsn  ? bwd::backward_ws_kernel<D, Tag, true>
+                : ws ? bwd::backward_ws_kernel<D, Tag, false>
+                     : backward_sm90_kernel<D, Tag>;
   const int threads = ws ? bwd::kWsThreads : kThreads;
   const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
@@ -591,7 +595,7 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
                          cudaStream_t stream) {
   const char *env = std::getenv("FOLD_BWD_VARIANT");
   const bool v1_order = env != nullptr && std::string(env) == "v1";
-  const bool ws = env != nullptr && std::string(env) == "ws";
+  const bool ws = env != nullptr && (std::string(env) == "ws" || std::string(env) == "wsn");
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws, stream);
 }
 

@@ -42,13 +42,14 @@
 namespace fold::cuda::bwd {
 
 constexpr int kWsThreads = 384;
-constexpr int kWsProducerRegs = 32;
-constexpr int kWsConsumerRegs = 232;  // 128 x 32 + 256 x 232 = 63488 <= 384 x 168
+constexpr int kWsProducerRegs = 24;
+constexpr int kWsConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64512 = 384 x 168
 // Named barriers (0 is __syncthreads, used only before the roles split).
-constexpr int kBarCons = 1;      // the 256 consumer threads: both halves of dS^T are in
-constexpr int kBarFull = 2;      // + c: consumer c's staging half written (128 + 32 threads)
-constexpr int kBarEmpty = 4;     // + c: consumer c's staging half read by the bulk copy
-constexpr int kWsPushRows = 64;  // rows of the dQ push's TMA box
+constexpr int kBarCons = 1;        // the 256 consumer threads: both halves of dS^T are in
+constexpr int kBarFull = 2;        // + c: consumer c's staging half written (128 + 32 threads)
+constexpr int kBarEmpty = 4;       // + c: consumer c's staging half read by the bulk copy
+constexpr int kBarStageEmpty = 6;  // + s (kNamedEmpty): both consumers done with stage s
+constexpr int kWsPushRows = 64;    // rows of the dQ push's TMA box
 
 template <int D>
 struct WsCfg {
@@ -84,7 +85,9 @@ struct WsCfg {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-template <int D, class Tag>
+// kNamedEmpty: the consumers release a Q/dO stage with a named-barrier arrive and the producer
+// waits with bar.sync (blocked, issuing nothing) instead of polling the stage's mbarrier.
+template <int D, class Tag, bool kNamedEmpty>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                        const fold_tensor_t v, const fold_tensor_t dout,
@@ -105,19 +108,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   unsigned char *const smem = smem_raw + (base - raw_addr);
   const uint32_t k_addr = base + Cfg::kOffK, v_addr = base + Cfg::kOffV;
 
-  // The work item, as backward_sm90_kernel (same grid, same order).
-  const uint32_t hb = hb0 + blockIdx.z * gridDim.x + blockIdx.x;
-  if (hb >= hb_end) return;
-  const int b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
-  const int hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
-  const Request r = request_of(p, b);
-  const int64_t k0 = static_cast<int64_t>(kb0 + blockIdx.y) * kBn;
-  if (k0 >= r.len) return;
-  const int group = p.n_heads / p.n_kv_heads;
-  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  // The work item, as backward_sm90_kernel (same grid, same order). Each role derives it
+  // again after the split (item()): values live across setmaxnreg.dec must fit the
+  // producer's registers, and ptxas spilled them when they were kept.
+  const auto item_hb = [&] { return hb0 + blockIdx.z * gridDim.x + blockIdx.x; };
+  const auto item_k0 = [&] { return static_cast<int64_t>(kb0 + blockIdx.y) * kBn; };
+  {
+    const uint32_t hb = item_hb();
+    if (hb >= hb_end) return;
+    if (item_k0() >= request_of(p, static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads))).len)
+      return;
+  }
   const int tid = threadIdx.x;
-  const int wg = hp::warpgroup_index();
-
   uint64_t *const full = reinterpret_cast<uint64_t *>(smem + Cfg::kOffBar);
   uint64_t *const empty = full + 2;
   if (tid == 0) {
@@ -128,10 +130,30 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hp::fence_barrier_init();
   }
   __syncthreads();
+  const int wg = hp::warpgroup_index();
+  const auto item = [&] {
+    struct {
+      int b, hk, group;
+      Request r;
+      int64_t k0, q_begin;
+    } it;
+    const uint32_t hb = item_hb();
+    it.b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
+    it.hk = static_cast<int>(hb % static_cast<uint32_t>(p.n_kv_heads));
+    it.group = p.n_heads / p.n_kv_heads;
+    it.r = request_of(p, it.b);
+    it.k0 = item_k0();
+    it.q_begin = p.causal ? (it.k0 / kBm) * kBm : 0;
+    return it;
+  };
 
   if (wg == 0) {
     // ================================ producer ================================
     hp::setmaxnreg_dec<kWsProducerRegs>();
+    const auto it = item();
+    const int b = it.b, hk = it.hk, group = it.group;
+    const Request r = it.r;
+    const int64_t k0 = it.k0, q_begin = it.q_begin;
     const int warp = tid >> 5, lane = tid & 31;
     if (warp == 0) {
       const bool dense = p.cu_seqlens == nullptr;
@@ -146,8 +168,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1, ++n) {
           if (n >= 2) {
-            hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
-            phases ^= 1u << stage;
+            if constexpr (kNamedEmpty) {
+              hp::named_bar_sync(kBarStageEmpty + stage, 256 + 32);
+            } else {
+              hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
+              phases ^= 1u << stage;
+            }
           }
           if (lane == 0) {
             unsigned char *dst = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
@@ -177,9 +203,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     } else if (warp <= 2) {
       // The dQ push of consumer c = warp - 1.
       const int c = warp - 1;
-      int pairs = 0;
-      for (int h = hk * group; h < (hk + 1) * group; ++h)
-        pairs += static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
+      const int pairs = group * static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
       hp::named_bar_arrive(kBarEmpty + c, 128 + 32);  // the staging half starts free
       int n = 0;
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
@@ -218,6 +242,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // ================================ consumers ================================
   hp::setmaxnreg_inc<kWsConsumerRegs>();
+  const auto it = item();
+  const int b = it.b, hk = it.hk, group = it.group;
+  const Request r = it.r;
+  const int64_t k0 = it.k0, q_begin = it.q_begin;
   const int c = wg - 1;
   const int ctid = tid - 128;  // 0 .. 255
   const GridScale gs =
@@ -257,11 +285,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   tile::cp_async_wait_all();
   hp::fence_proxy_async();  // cp.async writes (generic proxy) -> the wgmma reads
   hp::named_bar_sync(kBarCons, 256);
-  int stage = 0;
+  int stage = 0, n = 0;
   uint32_t phases = 0;  // bit s: the parity the next wait on full[s] expects
+  const int pairs = group * static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1, ++n) {
       hp::mbar_wait(&full[stage], (phases >> stage) & 1u);
       phases ^= 1u << stage;
       if (q0 + kBm > r.len) {
@@ -415,7 +444,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         hp::fence_operands(acc);
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
-        hp::mbar_arrive(&empty[stage]);
+        if constexpr (kNamedEmpty) {
+          // Only the releases the producer waits for (pairs 0 .. pairs - 3): an arrival
+          // nobody syncs on would leave the barrier half-complete at exit.
+          if (n + 2 < pairs) hp::named_bar_arrive(kBarStageEmpty + stage, 256 + 32);
+        } else {
+          hp::mbar_arrive(&empty[stage]);
+        }
         hp::named_bar_sync(kBarEmpty + c, 128 + 32);
         const auto convert = [&](auto to_grid) {
 #pragma unroll
