@@ -63,7 +63,31 @@ def train_candidates(p: TrainProblem, mode: str) -> List[Candidate]:
         except Exception as e:
             raise Unavailable(f"{type(e).__name__}: {e}")
         fn = grad_fn(out, (q, k, v), p.dout)
-    return [Candidate(arm="fold", config={}, fn=fn, deterministic=True)]
+    cands = [Candidate(arm="fold", config={}, fn=fn, deterministic=True)]
+    # A/B of kernel variants in one process (FOLD_BENCH_VARIANTS=ws,wsn): one more candidate
+    # per variant, each with its own record. For comparing variants only: the summary takes
+    # the fastest fold candidate as "ours", so a protocol run leaves this unset.
+    for var in filter(None, os.environ.get("FOLD_BENCH_VARIANTS", "").split(",")):
+        cands.append(Candidate(arm="fold", config={"variant": var}, fn=_with_variant(fn, mode, var),
+                               deterministic=True))
+    return cands
+
+
+def _with_variant(fn, mode: str, var: str):
+    """fn with FOLD_FWD_VARIANT / FOLD_BWD_VARIANT (read by the library at every call) set to
+    var during the call (graph capture included)."""
+    name = "FOLD_FWD_VARIANT" if mode == "fwd" else "FOLD_BWD_VARIANT"
+
+    def run():
+        old = os.environ.pop(name, None)
+        os.environ[name] = var
+        try:
+            return fn()
+        finally:
+            os.environ.pop(name, None)
+            if old is not None:
+                os.environ[name] = old
+    return run
 
 
 def _cache_stats(cache) -> Dict[str, Any]:

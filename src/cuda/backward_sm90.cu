@@ -1,4 +1,7 @@
 // Deterministic training backward on the GPU, v1: the main kernel with wgmma (sm_90a).
+// (At D 96 / 128 the default is the warp-specialised form of this kernel, backward_sm90_ws.cuh:
+// the same arithmetic, with a producer warpgroup; this file's kernel stays the default at D 64,
+// where it measured faster, and is FOLD_BWD_VARIANT=sync elsewhere.)
 // Preprocess, the zeroed dQ grid and the postprocess are v0's (backward.cu); this file only
 // replaces the main kernel for head_dim 64, 96 and 128 (256 keeps v0's, see
 // notes/training_kernels.md "v1 backward").
@@ -530,11 +533,7 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
                  cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  const char *wsn_env = std::getenv("FOLD_BWD_VARIANT");
-  const bool wsn = ws && wsn_env != nullptr && std::string(wsn_env) == "wsn";
-  auto kernel = wsn  ? bwd::backward_ws_kernel<D, Tag, true>
-                : ws ? bwd::backward_ws_kernel<D, Tag, false>
-                     : backward_sm90_kernel<D, Tag>;
+  auto kernel = ws ? bwd::backward_ws_kernel<D, Tag> : backward_sm90_kernel<D, Tag>;
   const int threads = ws ? bwd::kWsThreads : kThreads;
   const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
@@ -582,20 +581,25 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
       kernel<<<grid, threads, smem_bytes, stream>>>(
           p, q, k, v, dout, lse, delta, bounds, dq_map, mq.map, mdo.map, muls, dk, dv,
           static_cast<uint32_t>(hb0), static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
-      check(cudaGetLastError(), "backward_sm90_kernel launch");
+      check(cudaGetLastError(), ws ? "backward_ws_kernel launch" : "backward_sm90_kernel launch");
     }
 }
 
 // FOLD_BWD_VARIANT (read at every call): "v1" = v1's order (one chunk of all hb), anything
-// else = v1.1's chunked order (the default). Same kernel, same bits.
+// else = v1.1's chunked order (the default); "ws" / "sync" pick the main kernel (below). Same
+// bits for every value.
 template <int D, class Tag>
 void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                          fold_tensor_t v, fold_tensor_t dout, const float *lse, const float *delta,
                          const float *bounds, int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv,
                          cudaStream_t stream) {
   const char *env = std::getenv("FOLD_BWD_VARIANT");
-  const bool v1_order = env != nullptr && std::string(env) == "v1";
-  const bool ws = env != nullptr && (std::string(env) == "ws" || std::string(env) == "wsn");
+  const std::string var = env != nullptr ? env : "";
+  const bool v1_order = var == "v1";
+  // The warp-specialised kernel by default where it measured faster (Bm = 64: D 96 / 128;
+  // notes/training_kernels.md, session 11), the CTA-synchronous one at D 64 (Bm = 128).
+  // "ws" / "sync" force one of them (A/B runs, tests). Same bits either way.
+  const bool ws = var == "ws" || (var != "sync" && Sm90Cfg<D>::kBm == 64);
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws, stream);
 }
 

@@ -45,11 +45,10 @@ constexpr int kWsThreads = 384;
 constexpr int kWsProducerRegs = 24;
 constexpr int kWsConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64512 = 384 x 168
 // Named barriers (0 is __syncthreads, used only before the roles split).
-constexpr int kBarCons = 1;        // the 256 consumer threads: both halves of dS^T are in
-constexpr int kBarFull = 2;        // + c: consumer c's staging half written (128 + 32 threads)
-constexpr int kBarEmpty = 4;       // + c: consumer c's staging half read by the bulk copy
-constexpr int kBarStageEmpty = 6;  // + s (kNamedEmpty): both consumers done with stage s
-constexpr int kWsPushRows = 64;    // rows of the dQ push's TMA box
+constexpr int kBarCons = 1;      // the 256 consumer threads: both halves of dS^T are in
+constexpr int kBarFull = 2;      // + c: consumer c's staging half written (128 + 32 threads)
+constexpr int kBarEmpty = 4;     // + c: consumer c's staging half read by the bulk copy
+constexpr int kWsPushRows = 64;  // rows of the dQ push's TMA box
 
 template <int D>
 struct WsCfg {
@@ -85,9 +84,7 @@ struct WsCfg {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-// kNamedEmpty: the consumers release a Q/dO stage with a named-barrier arrive and the producer
-// waits with bar.sync (blocked, issuing nothing) instead of polling the stage's mbarrier.
-template <int D, class Tag, bool kNamedEmpty>
+template <int D, class Tag>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                        const fold_tensor_t v, const fold_tensor_t dout,
@@ -163,38 +160,39 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         hp::tma_prefetch_descriptor(&tm_q);
         hp::tma_prefetch_descriptor(&tm_do);
       }
+      // 32-bit request coordinates and per-head bases keep the loop in the producer's 24
+      // registers (int64 ones spilled).
+      const int32_t len = r.len, qb = static_cast<int32_t>(q_begin);
+      const int32_t bq = batch * muls.q_batch, bd = batch * muls.do_batch;
       int stage = 0, n = 0;
       uint32_t phases = 0;  // bit s: the parity the next wait on empty[s] expects
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
-        for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1, ++n) {
+        const int64_t head_row = static_cast<int64_t>(h) * p.total_tokens + r.first;
+        const float *lse_h = lse + head_row, *delta_h = delta + head_row;
+        for (int32_t q0 = qb; q0 < len; q0 += kBm, stage ^= 1, ++n) {
           if (n >= 2) {
-            if constexpr (kNamedEmpty) {
-              hp::named_bar_sync(kBarStageEmpty + stage, 256 + 32);
-            } else {
-              hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
-              phases ^= 1u << stage;
-            }
+            hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
+            phases ^= 1u << stage;
           }
           if (lane == 0) {
             unsigned char *dst = smem + Cfg::kOffQdo + 2 * stage * Cfg::kQBytes;
-            const int32_t row = row_base + static_cast<int32_t>(q0);
+            const int32_t row = row_base + q0;
             hp::mbar_arrive_expect_tx(&full[stage], 2 * Cfg::kQBytes);
 #pragma unroll
             for (int pn = 0; pn < Cfg::kDBlocks; ++pn) {
               hp::tma_load_4d(dst + pn * kBm * 128, &tm_q, &full[stage], pn * 64, h * muls.q_head,
-                              row, batch * muls.q_batch);
+                              row, bq);
               hp::tma_load_4d(dst + Cfg::kQBytes + pn * kBm * 128, &tm_do, &full[stage], pn * 64,
-                              h * muls.do_head, row, batch * muls.do_batch);
+                              h * muls.do_head, row, bd);
             }
           }
           // lse and Delta of the pair's rows (zeros past the request's end).
           const uint32_t st = base + Cfg::kOffLse + 8u * stage * kBm;
-          const int64_t row0 = static_cast<int64_t>(h) * p.total_tokens + r.first + q0;
 #pragma unroll
           for (int i = lane; i < kBm; i += 32) {
-            const bool valid = q0 + i < r.len;
-            cp_async4(st + 4u * i, valid ? lse + row0 + i : lse, valid);
-            cp_async4(st + 4u * (kBm + i), valid ? delta + row0 + i : delta, valid);
+            const bool valid = q0 + i < len;
+            cp_async4(st + 4u * i, valid ? lse_h + q0 + i : lse, valid);
+            cp_async4(st + 4u * (kBm + i), valid ? delta_h + q0 + i : delta, valid);
           }
           tile::cp_async_commit();
           cp_async_mbar_arrive_noinc(hp::smem_u32(&full[stage]));
@@ -285,12 +283,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   tile::cp_async_wait_all();
   hp::fence_proxy_async();  // cp.async writes (generic proxy) -> the wgmma reads
   hp::named_bar_sync(kBarCons, 256);
-  int stage = 0, n = 0;
+  int stage = 0;
   uint32_t phases = 0;  // bit s: the parity the next wait on full[s] expects
-  const int pairs = group * static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1, ++n) {
+    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
       hp::mbar_wait(&full[stage], (phases >> stage) & 1u);
       phases ^= 1u << stage;
       if (q0 + kBm > r.len) {
@@ -444,13 +441,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         hp::fence_operands(acc);
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
-        if constexpr (kNamedEmpty) {
-          // Only the releases the producer waits for (pairs 0 .. pairs - 3): an arrival
-          // nobody syncs on would leave the barrier half-complete at exit.
-          if (n + 2 < pairs) hp::named_bar_arrive(kBarStageEmpty + stage, 256 + 32);
-        } else {
-          hp::mbar_arrive(&empty[stage]);
-        }
+        hp::mbar_arrive(&empty[stage]);
         hp::named_bar_sync(kBarEmpty + c, 128 + 32);
         const auto convert = [&](auto to_grid) {
 #pragma unroll
