@@ -14,6 +14,13 @@ SHAPES = [  # (B, S, H, Hkv, D): the training benchmark's shapes
 ]
 
 
+def shapes():
+    """SHAPES, or the shapes in FOLD_TIME_SHAPES ("B,S,H,Hkv,D;..."), e.g. a head dim the
+    benchmark does not cover."""
+    env = os.environ.get("FOLD_TIME_SHAPES", "")
+    return [tuple(int(x) for x in s.split(",")) for s in env.split(";") if s] or SHAPES
+
+
 def timed(fn, iters=10, warmup=3):
     """Median seconds of `fn` over `iters` calls after `warmup`, each timed alone by events."""
     for _ in range(warmup):

@@ -6,6 +6,7 @@ every variant gives the bits (dq, dk, dv) of the first one on each shape.
 
     python3 scripts/time_backward_variants.py [variant ...]   (default: v1 v1.1)
 
+Shapes: the benchmark's, or FOLD_TIME_SHAPES="B,S,H,Hkv,D;...".
 A variant is a FOLD_BWD_VARIANT value, "default" (nothing set), or NAME=VALUE for another
 setting read at every call (FOLD_BWD_HB_CHUNK=n: the CTA chunk target), set alone.
 (No graphed mode: a backward alone cannot be captured on a side stream while its forward ran
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from quick_timing import SHAPES, select_setting, timed  # scripts/ is on sys.path when run as a script
+from quick_timing import select_setting, shapes, timed  # scripts/ is on sys.path when run as a script
 
 SETTINGS = ("FOLD_BWD_VARIANT", "FOLD_BWD_HB_CHUNK")
 
@@ -38,7 +39,7 @@ def main():
     torch.manual_seed(0)
     cols = variants + ["sdpa"]
     print("shape causal | " + " | ".join(f"{c} ms TFLOP/s" for c in cols) + " | sdpa/best")
-    for B, S, H, Hkv, D in SHAPES:
+    for B, S, H, Hkv, D in shapes():
         q = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         v = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
