@@ -585,6 +585,25 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
     }
 }
 
+// Whether the warp-specialised kernel can run here. Its register hand-off (setmaxnreg: producer
+// 24, consumers 240) draws on the pool the CTA got at launch, so that pool must hold 128 x 24 +
+// 256 x 240: with fewer registers (another ptxas, a -maxrregcount) the consumers' setmaxnreg.inc
+// would wait forever. Its producer also forms int32 row coordinates up to 256 past a request's
+// rows. Either way the synchronous kernel runs instead (same bits).
+template <int D, class Tag>
+bool ws_usable(const fold_attn_problem_t &p) {
+  static const bool regs_ok = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, bwd::backward_ws_kernel<D, Tag>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.numRegs * bwd::kWsThreads >=
+           128 * bwd::kWsProducerRegs + 256 * bwd::kWsConsumerRegs;
+  }();
+  return regs_ok && p.total_tokens <= 0x7fffffff - 256;
+}
+
 // FOLD_BWD_VARIANT (read at every call): "v1" = v1's order (one chunk of all hb), anything
 // else = v1.1's chunked order (the default); "ws" / "sync" pick the main kernel (below). Same
 // bits for every value.
@@ -599,7 +618,7 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // The warp-specialised kernel by default where it measured faster (Bm = 64: D 96 / 128;
   // notes/training_kernels.md, session 11), the CTA-synchronous one at D 64 (Bm = 128).
   // "ws" / "sync" force one of them (A/B runs, tests). Same bits either way.
-  const bool ws = var == "ws" || (var != "sync" && Sm90Cfg<D>::kBm == 64);
+  const bool ws = (var == "ws" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) && ws_usable<D, Tag>(p);
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws, stream);
 }
 
