@@ -135,8 +135,6 @@ def decode_step_into(
     stats.copy_(torch.tensor(counters, dtype=torch.int64))
 
 
-
-
 def decode_step_impl(
     q: torch.Tensor,
     k_step: Optional[torch.Tensor],
