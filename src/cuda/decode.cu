@@ -1766,6 +1766,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   float acc[RBM][4];
 #pragma unroll
   for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+  // RBM 1 (G <= 8): this warp's row sums (lanes with mt == 0: row mg) stay in registers over
+  // the chunks, the same additions in the same order as the shared-memory running sums that
+  // larger groups keep, written once after the loop.
+  float tsum = 0.0f, tlsum = 0.0f;
   // ldmatrix row addresses. A = V^T of keys k0 .. k0 + 15, columns 16 mtile ..: matrix q = lane /
   // 8 holds columns + 8 (q & 1), keys + 8 (q >> 1); its row lane % 8 is one key's 8 values, the
   // 16-byte piece jd = 2 mtile + (q & 1) of the key's row: panel jd / 8, at piece (jd % 8) ^
@@ -1811,7 +1815,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     bool mpres[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
-    for (int rb = 0; rb < nrb; ++rb) {
+    for (int rb = 0; rb < (RBM == 1 ? 1 : nrb); ++rb) {  // (RBM 1: nrb is 1)
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
       if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
@@ -1834,7 +1838,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 1));
       t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 2));
       tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 2));
-      if (mt == 0 && r < G) {
+      if constexpr (RBM == 1) {
+        tsum = add_rn(tsum, t);  // (kept by lanes mt == 0, rows r < G only)
+        tlsum = add_rn(tlsum, tl);
+      } else if (mt == 0 && r < G) {
         tw[warp * RS + r] = add_rn(tw[warp * RS + r], t);
         tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
       }
@@ -1861,6 +1868,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // readers order before the producer's next copy through the barrier they arrive on.
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[st]);
+  }
+  if (RBM == 1 && mt == 0 && mg < G) {
+    tw[warp * RS + mg] = tsum;
+    tlw[warp * RS + mg] = tlsum;
   }
   // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
   // shared memory, added after the first's (a fixed order).

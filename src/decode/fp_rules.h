@@ -62,13 +62,25 @@ FOLD_HD float rint_rne(float x) {
   return bits_to_float(float_to_bits(r) | sign);
 }
 
+// rint_rne for a finite x: on the device one cvt.rni (FRND), which rounds to nearest, ties to
+// even, exactly as the magic-number form does for every finite float (-0 and the integers
+// past 2^23 included); the host keeps the magic-number form. (NaN could differ in sign or
+// payload, so the callers that may see one keep rint_rne.)
+FOLD_HD float rint_finite_rne(float x) {
+#if defined(__CUDA_ARCH__)
+  return rintf(x);
+#else
+  return rint_rne(x);
+#endif
+}
+
 // 2^x. x >= 128 gives +inf, x < -125 gives 0 (weights that small never matter: the guard
 // keeps a row's total within [2^-3, 2^14]). Else 2^n * P(f), n = rint(x), f = x - n in
 // [-1/2, 1/2] (exact), P a degree-6 fit of 2^f (relative error < 1e-7 in fp32 Horner).
 FOLD_HD float exp2_fp(float x) {
   if (!(x < 128.0f)) return bits_to_float(0x7f800000u);
   if (x < -125.0f) return 0.0f;
-  const float n = rint_rne(x);
+  const float n = rint_finite_rne(x);  // x is finite here
   const float f = sub_rn(x, n);
   float p = 1.5337577497120947e-4f;
   p = add_rn(mul_rn(p, f), 1.3399859890341759e-3f);
