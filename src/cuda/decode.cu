@@ -1121,8 +1121,8 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   __shared__ int s_flags[kChunk];
   __shared__ __align__(8) unsigned char s_live8[kChunk / 8], s_cut8[kChunk / 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
-  __shared__ int s_keys, s_live, s_ref, s_vref;
-  __shared__ float s_e4m3[256];                           // v8: e4m3_to_float of every byte
+  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined, v-refined
+  __shared__ float s_e4m3[256];                 // v8: e4m3_to_float of every byte
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];      // cache row of each chunk
   __shared__ __align__(16) uint16_t s_scale[kSplitKeys];  // the split's key scales (bf16 bits)
   const int32_t L = c.lengths[b];
@@ -1180,7 +1180,6 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   }
   for (int e = tid; e < nsz; e += blockDim.x) ns[e] = 0.0f;
   for (int e = tid; e < kChunk * RS; e += blockDim.x) wt[e] = 0.0f;
-  if (tid == 0) s_keys = s_live = s_ref = s_vref = 0;
   int vexp = 0;
   if (v8) {
     const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
@@ -1257,8 +1256,9 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
 
   int n_pages = 0;
   bool page_has_cut = false;
-  uint32_t counts = 0;  // bytes: keys, live, refined, v-refined (this thread's keys)
+  // A warp counts at most 8 keys per chunk: its bytes in s_wcount never carry.
   static_assert(kSplitKeys / kChunk * 8 <= 255, "a warp's count per byte must not carry");
+  if (lane == 0) s_wcount[warp] = 0u;
   // MMA, gathers: whether stage row kq may hold a value (a live key's, or never written): a row
   // without a live key is zeroed before the value product reads it (weight 0 x value must be 0).
   bool row_held = true;
@@ -1313,17 +1313,18 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     {
       const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live);
       const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live);
+      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine);
+      const unsigned int bv = __ballot_sync(0xffffffffu, u == 0 && vref);
+      // The read counts into the warp's own word, summed once after the loop (four shared
+      // atomics per warp and chunk were ~5% of the screened loop's instructions).
       if (lane == 0) {
         s_live8[warp] = static_cast<unsigned char>(pack_keys(bl));
         s_cut8[warp] = static_cast<unsigned char>(pack_keys(bc));
+        s_wcount[warp] +=
+            static_cast<uint32_t>(__popc(bl | bc)) | static_cast<uint32_t>(__popc(bl)) << 8 |
+            static_cast<uint32_t>(__popc(br)) << 16 | static_cast<uint32_t>(__popc(bv)) << 24;
       }
     }
-    // The read counts in a register (u == 0: one key per thread and chunk, so each byte
-    // stays <= 8 per thread and <= 64 per warp), added up once after the loop: four shared
-    // atomics per warp and chunk were ~5% of the screened loop's instructions.
-    if (u == 0)
-      counts += (present ? 1u : 0u) | (live ? 1u << 8 : 0u) | (refine ? 1u << 16 : 0u) |
-                (vref ? 1u << 24 : 0u);
     if (dense) {
       if (more) {
         stage_chunk(j0 + kChunk, st ^ 1);
@@ -1510,15 +1511,6 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     if (tid == 0) s_page_last[n_pages] = s1 - 1;
     n_pages += 1;
   }
-  {
-    const uint32_t wc = __reduce_add_sync(0xffffffffu, counts);  // per byte <= 64: no carry
-    if (lane == 0) {
-      atomicAdd(&s_keys, static_cast<int>(wc & 0xffu));
-      atomicAdd(&s_live, static_cast<int>((wc >> 8) & 0xffu));
-      atomicAdd(&s_ref, static_cast<int>((wc >> 16) & 0xffu));
-      atomicAdd(&s_vref, static_cast<int>(wc >> 24));
-    }
-  }
   __syncthreads();
   // The split's partial: N + sum over its cut pages (in order) of mass x the page's mean V.
   for (int e = tid; e < G * D; e += blockDim.x) {
@@ -1546,10 +1538,12 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   }
   if (tid == 0) {
     const int64_t vbytes = v8 ? D : 2 * D;
-    const int64_t bytes = static_cast<int64_t>(s_keys) * (D + 2) +
-                          static_cast<int64_t>(s_live) * vbytes + static_cast<int64_t>(s_ref) * D +
-                          static_cast<int64_t>(s_vref) * D + static_cast<int64_t>(n_pages) * 4 * D;
-    add_split_stats(c, ws, stats, pass, b, hk, s_keys, s_live, s_ref, s_vref, bytes);
+    int64_t n[4] = {0, 0, 0, 0};  // keys, live, refined, v-refined
+    for (int w = 0; w < kThreads / 32; ++w)
+      for (int i = 0; i < 4; ++i) n[i] += (s_wcount[w] >> (8 * i)) & 0xffu;
+    const int64_t bytes = n[0] * (D + 2) + n[1] * vbytes + n[2] * D + n[3] * D +
+                          static_cast<int64_t>(n_pages) * 4 * D;
+    add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], n[3], bytes);
   }
 }
 
