@@ -849,7 +849,7 @@ constexpr int kWRow = kChunk + 8;  // operand weight row (16-bit elements): 144 
 // accumulators live in its own N slice ns [kpart][d][RS] (a fixed order: per slice, chunks in
 // order; per chunk, the hardware's sum of fixed k steps). A = V^T by ldmatrix.trans of the
 // stage rows (VR bytes apart), B = the operand weights wop [RS][kWRow].
-template <int D, bool F16>
+template <int D, bool F16, int WROW = kWRow>
 __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
                                              const unsigned char *sv, int VR, int nrb,
                                              uint64_t live_mask, int warp, int lane) {
@@ -861,7 +861,7 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
       hopper::smem_u32(sv) +
       static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR + 16 * ((lane >> 3) & 1));
   const uint32_t b_base = hopper::smem_u32(wop) +
-                          static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
+                          static_cast<uint32_t>(((lane & 7) * WROW + 8 * ((lane >> 3) & 1)) * 2);
 #pragma unroll
   for (int mi = 0; mi < MPW; ++mi) {
     const int mtile = MT >= 8 ? warp + 8 * mi : warp % MT;
@@ -885,7 +885,7 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
         }
         uint32_t a[4], bw[2];
         ldsm_x4_trans(a, sv_a + static_cast<uint32_t>(k0 * VR + 32 * mtile));
-        ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
+        ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + k0) * 2));
         mma_16<F16>(c, a, bw[0], bw[1]);
       }
       if (any) {
@@ -1627,6 +1627,8 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
     qfrag[e] = a;
   }
 }
+
+#include "cuda/decode_split2.cuh"
 
 // ---- dense split through a TMA ring, value product on the tensor cores
 // ---------------------------
@@ -2696,6 +2698,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
   const bool screen = !ring && split_screen_supported(c, p);
+  const bool split2 = !ring && !screen && split2_supported(c, p);
+  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim) : 0;
+  const auto split2_k = c.head_dim == 64 ? decode_split2_kernel<1> : decode_split2_kernel<2>;
+  if (split2)
+    set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
+                         "decode_split2_kernel");
   const size_t smem_screen = screen ? split_screen_smem_bytes(G, c.head_dim) : 0;
   const bool f16 = c.dtype == FOLD_DTYPE_F16;
   auto split_screen =
@@ -2734,6 +2742,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
+  else if (split2)
+    launch_k(split2_k, split_grid, dim3(kThreads), smem2, stream, pdl,
+             "decode_split2_kernel launch", c, p, ws, stats);
   else
     launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
              p, ws, out, lse, 0, stats, 0);

@@ -1,0 +1,374 @@
+// The screened split with two key halves per thread, for groups of G <= 4 rows (included by
+// decode.cu inside its anonymous namespace, after split_item and load_q_fragments).
+//
+// Why: the screened split_item is instruction-bound (notes/decode.md section 20): 815 warp
+// instructions per 64-key chunk, most of them per-warp overhead, and at G <= 4 half of every
+// warp's lanes hold padding rows (lane (g, t) owns rows g and g + 8 of an 8-row block). Here a
+// step covers 128 keys, two halves of 64: thread (kq, u) holds quarter u of keys kq and kq + 64,
+// a warp's two IMMAs cover keys 8 warp .. 8 warp + 7 of both halves, and one exchange between
+// lanes g < 4 and g + 4 (shfl.xor 16) gives every lane one row (g mod 4) of one half (g / 4).
+// The scalar work (logits, verdicts, exp2, operand rounding) then runs once per 16 keys with
+// every lane busy, and the step's overhead is paid once per 128 keys.
+//
+// Same arithmetic and orders as split_item's screened MMA path, so the same bits: the same
+// integer dots (the fine logit's key-plane-A dots are the coarse ones), the same per-(row, key)
+// functions, the row sums and page flushes per 64-key half in key order, the value product per
+// half with the same k steps into the same N slices. Pass 0 only (pass 1 runs split_item).
+
+constexpr int kStep2 = 2 * kChunk;  // keys per step
+constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w, pe (float4 rows, distinct banks)
+constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
+
+__host__ __device__ inline size_t split2_smem_bytes(int G, int D) {
+  return static_cast<size_t>(kStep2) * pv_vrow(D, true)   // value stage, one row per key
+         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4  // N's slices (one row block)
+         + 2u * G * kWS2 * 4                              // weights w, pe
+         + 8u * kWRow2 * 2                                // operand weights [8][kWRow2]
+         + 8u * 2 * D                                     // q planes (MMA A fragments)
+         + (8u + kPagesPerSplit) * G * 4;                 // per-row values, page cuts
+}
+
+// Opt-in (FOLD_DECODE_SPLIT2=1) until measured on the GPU.
+inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+  const char *v = std::getenv("FOLD_DECODE_SPLIT2");
+  return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
+         p.n_heads / c.n_kv_heads <= 4 && v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+template <int NP>
+__device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                                            const Ws &ws, const int pass, int64_t *stats,
+                                            const int s, const int hk, const int b) {
+  constexpr int D = 64 * NP;
+  constexpr int VR = pv_vrow(D, true);
+  constexpr int RS = 8;  // one row block
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(8) unsigned char s_live8[2 * 8], s_cut8[2 * 8];  // [half][warp]
+  __shared__ int32_t s_page_last[kPagesPerSplit];
+  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined
+  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
+  __shared__ __align__(16) uint16_t s_scale[kSplitKeys];
+  const int32_t L = c.lengths[b];
+  const int32_t s0 = s * kSplitKeys;
+  if (s0 >= L) return;
+  if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
+  const int32_t s1 = min(L, s0 + kSplitKeys);
+  const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
+  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kq = tid >> 2, u = tid & 3;  // screen layout: key kq of each half, quarter u
+  const int mg = lane >> 2, mt = lane & 3;
+  const int hs = mg >> 2, r = mg & 3;  // after the exchange: this lane's half and row
+  const bool pf16 = c.dtype == FOLD_DTYPE_F16;
+  unsigned char *stage = smem;                                                      // [128][VR]
+  float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
+  constexpr int nsz = pv_kparts(D) * RS * D;
+  float *w = ns + nsz;       // [G][kWS2]: coarse logits, then weights
+  float *pe = w + G * kWS2;  // [G][kWS2]: live keys' unrounded weights
+  uint16_t *wop = reinterpret_cast<uint16_t *>(pe + G * kWS2);  // [RS][kWRow2]
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
+  float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
+  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
+  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+
+  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  load_q_fragments<NP>(qfrag, ws, row0, G, 1, tid);
+  for (int g = tid; g < G; g += kThreads) {
+    const float z = ws.z[row0 + g];
+    sq[g] = ws.sq[row0 + g];
+    zr[g] = z;
+    thr_live[g] = sub_rn(z, p.depth);
+    thr_ref[g] = sub_rn(z, p.refine_band);
+    ts[g] = 0.0f;
+    tlse[g] = 0.0f;
+    cut[g] = 0.0f;
+  }
+  for (int e = tid; e < nsz; e += kThreads) ns[e] = 0.0f;
+  // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
+  for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
+  if (lane == 0) s_wcount[warp] = 0u;
+
+  const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
+  if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  // The cache row of the 64-key half at jh (before the first barrier, s0's directly).
+  auto half_row = [&](int32_t jh) {
+    return jh > s0 ? s_rowbase[(jh - s0) / kChunk] : key_row(c, b, hk, jh);
+  };
+  // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split).
+  auto load_a = [&](int32_t jh, int4 *a) {
+    if (kq < s1 - jh) {
+      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + (half_row(jh) + kq) * D);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < NP; ++i) a[i] = make_int4(0, 0, 0, 0);
+    }
+  };
+  int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < NP; ++i) ka_n[h][i] = kb[h][i] = make_int4(0, 0, 0, 0);
+  if (tid < nhalves * 8) {  // the split's key scales (see split_item)
+    const int64_t rr = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
+    cp_async16(s_scale + 8 * tid, c.k_scale + rr);
+  }
+  cp_async_commit();
+  load_a(s0, ka[0]);
+  load_a(s0 + kChunk, ka[1]);
+  cp_async_wait<0>();
+  __syncthreads();
+
+  int n_pages = 0;
+  bool page_has_cut = false;
+  bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
+  const int nsteps = (s1 - s0 + kStep2 - 1) / kStep2;
+  for (int si = 0; si < nsteps; ++si) {
+    const int32_t j0 = s0 + si * kStep2;
+    const bool more = si + 1 < nsteps;
+    // Keys of each half (a select, not an array indexed by the lane's half: that went to the
+    // stack).
+    const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
+    const int nk_mine = hs == 0 ? nkh0 : nkh1;
+    const int kl0 = kChunk * hs + 8 * warp + 2 * mt;  // this lane's keys kl0, kl0 + 1 (step)
+    const bool rv = r < G;
+    bool mpres[2];
+    float skj[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      mpres[j] = 8 * warp + 2 * mt + j < nk_mine;
+      if (nk_mine > 0) skj[j] = bf16_bits_to_float(s_scale[j0 - s0 + kl0 + j]);
+    }
+    // Coarse dots of both halves, then the exchange: lanes g < 4 keep half 0's, lanes g >= 4
+    // take half 1's from lane - 16 (same t, row g - 4).
+    int32_t ca[4];
+    {
+      int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+      coarse_dots<NP>(qfrag, 0, lane, ka[0], c0);
+      coarse_dots<NP>(qfrag, 0, lane, ka[1], c1);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
+        ca[i] = hs == 0 ? c0[i] : x;
+      }
+    }
+    int vbits = 0;  // keys 2t (bits 0-1), 2t + 1 (bits 3-4) of this lane's half; OR over rows
+    if (rv) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float sa = coarse_logit(ca[j], ca[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
+        vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
+        w[r * kWS2 + kl0 + j] = sa;
+      }
+    }
+    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);  // rows of the same half only
+    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
+    bool live[2], refine[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
+      // lane >> 3, j = (lane >> 2) & 1; row 0 of half h is lane 16 h + t.
+      const int mine =
+          __shfl_sync(0xffffffffu, vbits, 16 * h + (lane >> 3)) >> (3 * ((lane >> 2) & 1));
+      const bool present = kq < (h == 0 ? nkh0 : nkh1);
+      live[h] = (mine & 1) != 0 && present;
+      refine[h] = (mine & 2) != 0 && live[h];
+      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live[h]);
+      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live[h]);
+      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine[h]);
+      if (lane == 0) {
+        s_live8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bl));
+        s_cut8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bc));
+        s_wcount[warp] += static_cast<uint32_t>(__popc(bl | bc)) |
+                          static_cast<uint32_t>(__popc(bl)) << 8 |
+                          static_cast<uint32_t>(__popc(br)) << 16;
+      }
+    }
+    // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
+    // 64 h + kq); then the next step's plane A.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned char *dst = stage + static_cast<size_t>(kChunk * h + kq) * VR;
+      if (live[h]) {
+        const int64_t rr = half_row(j0 + kChunk * h) + kq;
+        if (refine[h]) {
+          const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
+#pragma unroll
+          for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+        }
+        const unsigned char *src = static_cast<const unsigned char *>(c.v) + rr * 2 * D;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+      } else if (row_held[h]) {
+#pragma unroll
+        for (int i = 0; i < 2 * NP; ++i)
+          *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+      }
+      row_held[h] = live[h];
+    }
+    cp_async_commit();
+    if (more) {
+      load_a(j0 + kStep2, ka_n[0]);
+      load_a(j0 + kStep2 + kChunk, ka_n[1]);
+    }
+    // Weights (the lane's two keys of its half, its row): live keys 2^(ell - Z) rounded to the
+    // value operand, cut keys 2^(s_A - Z).
+    const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
+    bool mlive[2], mref[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int bits = vbits >> (3 * j);
+      mlive[j] = (bits & 1) != 0 && mpres[j];
+      mref[j] = (bits & 2) != 0 && mlive[j];
+    }
+    int32_t cb[4] = {0, 0, 0, 0};
+    if (any_refine) {
+      int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+      coarse_dots<NP>(qfrag, 0, lane, kb[0], c0);  // q planes x key plane B
+      coarse_dots<NP>(qfrag, 0, lane, kb[1], c1);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
+        cb[i] = hs == 0 ? c0[i] : x;
+      }
+    }
+    if (rv) {
+      float opw[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (!mpres[j]) continue;
+        const int e = r * kWS2 + kl0 + j;
+        if (mlive[j]) {
+          const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                                 logit_multiplier(sq[r], skj[j], 16 + log2d))
+                                    : w[e];
+          const float pex = exp2_fp(sub_rn(ell, zr[r]));
+          const float pw = round_operand(pex, pf16);
+          pe[e] = pex;
+          w[e] = pw;
+          opw[j] = pw;
+        } else {
+          w[e] = exp2_fp(sub_rn(w[e], zr[r]));
+        }
+      }
+      reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0 / 2] =
+          pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    // Per half, as split_item per chunk: page flushes, the rows' sums in key order (thread
+    // kThreads - 1 - g for row g), the value product.
+    const int g_first = kThreads - 1 - tid;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int nk = h == 0 ? nkh0 : nkh1;
+      if (nk <= 0) continue;
+      const int32_t jh = j0 + kChunk * h;
+      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8 + 8 * h);
+      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8 + 8 * h) != 0;
+      const bool new_page = jh > s0 && jh % P == 0;
+      if (new_page && page_has_cut) {
+        for (int g = g_first; g < G; g += kThreads) {
+          page_cut[n_pages * G + g] = cut[g];
+          cut[g] = 0.0f;
+        }
+        if (tid == 0) s_page_last[n_pages] = jh - 1;
+        n_pages += 1;
+      }
+      if (new_page) page_has_cut = false;
+      page_has_cut = page_has_cut || chunk_cut;
+      for (int g = g_first; g < G; g += kThreads) {
+        float t = ts[g], tl = tlse[g], cu = cut[g];
+        const float4 *w4 = reinterpret_cast<const float4 *>(w + g * kWS2 + kChunk * h);
+        const float4 *p4 = reinterpret_cast<const float4 *>(pe + g * kWS2 + kChunk * h);
+        const float *w1 = w + g * kWS2 + kChunk * h;
+        const float *p1 = pe + g * kWS2 + kChunk * h;
+        const int nk4 = nk & ~3;
+#pragma unroll 2
+        for (int k = 0; k < nk4; k += 4) {
+          const float4 wv = w4[k / 4], pv = p4[k / 4];
+          const unsigned int lm = static_cast<unsigned int>(live_mask >> k) & 15u;
+          const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, pa4[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if ((lm >> i) & 1u) {
+              t = add_rn(t, wa[i]);
+              tl = add_rn(tl, pa4[i]);
+            } else {
+              cu = add_rn(cu, wa[i]);
+            }
+          }
+        }
+        for (int k = nk4; k < nk; ++k) {
+          if ((live_mask >> k) & 1ull) {
+            t = add_rn(t, w1[k]);
+            tl = add_rn(tl, p1[k]);
+          } else {
+            cu = add_rn(cu, w1[k]);
+          }
+        }
+        ts[g] = t;
+        tlse[g] = tl;
+        cut[g] = cu;
+      }
+      const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
+      if (pf16)
+        pv_mma_chunk<D, true, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
+      else
+        pv_mma_chunk<D, false, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
+    }
+    if (more) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i) ka[h][i] = ka_n[h][i];
+    }
+    __syncthreads();
+  }
+  if (page_has_cut) {
+    for (int g = tid; g < G; g += kThreads) page_cut[n_pages * G + g] = cut[g];
+    if (tid == 0) s_page_last[n_pages] = s1 - 1;
+    n_pages += 1;
+  }
+  __syncthreads();
+  // The split's partial, as split_item's.
+  for (int e = tid; e < G * D; e += kThreads) {
+    const int g = e / D, d = e % D;
+    float cn = 0.0f;
+    for (int i = 0; i < n_pages; ++i) {
+      const int32_t last = s_page_last[i];
+      const int32_t count = min(P, L - (last - last % P));
+      const float mean =
+          div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
+      cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
+    }
+    float nsum = 0.0f;
+    for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
+    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
+  }
+  for (int g = tid; g < G; g += kThreads) {
+    float ct = 0.0f;
+    for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
+    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
+    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
+  }
+  if (tid == 0) {
+    int64_t n[3] = {0, 0, 0};  // keys, live, refined
+    for (int wi = 0; wi < kThreads / 32; ++wi)
+      for (int i = 0; i < 3; ++i) n[i] += (s_wcount[wi] >> (8 * i)) & 0xffu;
+    const int64_t bytes =
+        n[0] * (D + 2) + n[1] * 2 * D + n[2] * D + static_cast<int64_t>(n_pages) * 4 * D;
+    add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], 0, bytes);
+  }
+}
+
+// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item). Two
+// blocks per SM: the two halves' plane registers (and the next step's) need ~100 registers.
+template <int NP>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                         int64_t *stats) {
+  pdl_wait();
+  split2_item<NP>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  pdl_trigger();
+}
