@@ -28,11 +28,12 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D) {
          + (8u + kPagesPerSplit) * G * 4;                 // per-row values, page cuts
 }
 
-// Opt-in (FOLD_DECODE_SPLIT2=1) until measured on the GPU.
+// The default for screened bf16 / fp16 caches at D 64 / 128 and G <= 4 (same bits as
+// split_item); FOLD_DECODE_SPLIT2=0 runs split_item instead (A/B runs, the bit test).
 inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
   return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
-         p.n_heads / c.n_kv_heads <= 4 && v != nullptr && std::strcmp(v, "1") == 0;
+         p.n_heads / c.n_kv_heads <= 4 && !(v != nullptr && std::strcmp(v, "0") == 0);
 }
 
 template <int NP>

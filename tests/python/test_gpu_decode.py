@@ -273,8 +273,8 @@ def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeyp
 )
 @pytest.mark.parametrize("depth", [16.0, 8.0])
 def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, monkeypatch):
-    # FOLD_DECODE_SPLIT2=1 runs the screened split at G <= 4 with two 64-key halves per thread
-    # (decode_split2.cuh). Same arithmetic and orders as the default split kernel: the same
+    # The screened split at G <= 4 runs with two 64-key halves per thread (FOLD_DECODE_SPLIT2=0:
+    # the one-half split kernel; decode_split2.cuh). Same arithmetic and orders: the same
     # output, LSE and read statistics bit for bit, on ragged lengths (partial halves and steps,
     # empty requests) and pages of 64 keys (a page boundary between a step's halves); and the
     # CPU reference within one rounding.
