@@ -94,10 +94,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   auto half_row = [&](int32_t jh) {
     return jh > s0 ? s_rowbase[(jh - s0) / kChunk] : key_row(c, b, hk, jh);
   };
-  // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split).
-  auto load_a = [&](int32_t jh, int4 *a) {
+  // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split). Before
+  // the first barrier (`direct`) the row comes from the page table, not s_rowbase.
+  auto load_a = [&](int32_t jh, int4 *a, bool direct) {
     if (kq < s1 - jh) {
-      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + (half_row(jh) + kq) * D);
+      const int64_t row = direct ? key_row(c, b, hk, jh) : half_row(jh);
+      const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + (row + kq) * D);
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
     } else {
@@ -115,8 +117,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
   }
   cp_async_commit();
-  load_a(s0, ka[0]);
-  load_a(s0 + kChunk, ka[1]);
+  load_a(s0, ka[0], true);
+  load_a(s0 + kChunk, ka[1], true);
   cp_async_wait<0>();
   __syncthreads();
 
@@ -209,8 +211,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     }
     cp_async_commit();
     if (more) {
-      load_a(j0 + kStep2, ka_n[0]);
-      load_a(j0 + kStep2 + kChunk, ka_n[1]);
+      load_a(j0 + kStep2, ka_n[0], false);
+      load_a(j0 + kStep2 + kChunk, ka_n[1], false);
     }
     // Weights (the lane's two keys of its half, its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
