@@ -2700,7 +2700,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool screen = !ring && split_screen_supported(c, p);
   const bool split2 = !ring && !screen && split2_supported(c, p);
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim) : 0;
-  const auto split2_k = c.head_dim == 64 ? decode_split2_kernel<1> : decode_split2_kernel<2>;
+  // FOLD_DECODE_SPLIT2_OCC=3 (A/B only): three blocks per SM (registers capped at 85).
+  const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
+  const bool three = occ != nullptr && std::strcmp(occ, "3") == 0;
+  const auto split2_k = c.head_dim == 64
+                            ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1>)
+                            : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2>);
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");

@@ -367,8 +367,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 
 // grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item). Two
 // blocks per SM: the two halves' plane registers (and the next step's) need ~100 registers.
-template <int NP>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int NP, int MINB = 2>
+__global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
