@@ -2700,12 +2700,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool screen = !ring && split_screen_supported(c, p);
   const bool split2 = !ring && !screen && split2_supported(c, p);
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim) : 0;
-  // FOLD_DECODE_SPLIT2_OCC=3 (A/B only): three blocks per SM (registers capped at 85).
+  // Blocks per SM: three at D 64 (80 registers, no spills; 22% faster than two at large batch),
+  // two at D 128 (120 registers; capped for three it spilled 132 bytes and was 7-9% slower).
+  // FOLD_DECODE_SPLIT2_OCC=2 / 3 forces one (A/B runs; the same bits).
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
-  const bool three = occ != nullptr && std::strcmp(occ, "3") == 0;
+  const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
+  const bool three = occ_n == 3 || (occ_n != 2 && c.head_dim == 64);
   const auto split2_k = c.head_dim == 64
-                            ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1>)
-                            : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2>);
+                            ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>)
+                            : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>);
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");

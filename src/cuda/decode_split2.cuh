@@ -365,9 +365,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
 }
 
-// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item). Two
-// blocks per SM: the two halves' plane registers (and the next step's) need ~100 registers.
-template <int NP, int MINB = 2>
+// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item), MINB
+// blocks per SM (the launcher's choice by head dim: the two halves' plane registers and the next
+// step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 does not).
+template <int NP, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
