@@ -86,6 +86,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   for (int e = tid; e < nsz; e += kThreads) ns[e] = 0.0f;
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
+  // A warp counts at most 8 keys per half and step: its bytes in s_wcount never carry.
+  static_assert(kSplitKeys / kStep2 * 2 * 8 <= 255, "a warp's count per byte must not carry");
   if (lane == 0) s_wcount[warp] = 0u;
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
