@@ -37,13 +37,16 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
 # trips the guard, v8 exponent growth, G = 64 at D = 256 (large shared memory); screened
-# (depth 12: the screen ring at D 64 / 128) and dense (depth None: the dense ring) splits.
+# splits (the two-half split2 at G <= 4 with bf16/fp16 V: D 128 two blocks per SM, D 64 three;
+# G 8 at D 128 for its opt-in wide form) and dense (depth None: the dense ring) splits.
 for dtype, v8, d, hkv, g, depth in ((torch.bfloat16, False, 128, 2, 4, 12.0),
                                     (torch.float16, True, 64, 1, 8, 12.0),
                                     (torch.bfloat16, True, 256, 1, 64, 12.0),
                                     (torch.bfloat16, False, 128, 2, 4, None),
                                     (torch.float16, False, 64, 1, 12, None),
-                                    (torch.float16, False, 64, 1, 12, 16.0)):
+                                    (torch.float16, False, 64, 1, 12, 16.0),
+                                    (torch.float16, False, 64, 2, 3, 16.0),
+                                    (torch.bfloat16, False, 128, 1, 8, 16.0)):
     cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1200, depth=depth, v8=v8, page_size=64, dtype=dtype, device=dev)
     for b, n in enumerate([0, 700, 1100, 65]):
         cache.add_request()
