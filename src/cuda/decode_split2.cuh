@@ -19,13 +19,21 @@ constexpr int kStep2 = 2 * kChunk;  // keys per step
 constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w, pe (float4 rows, distinct banks)
 constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 
-__host__ __device__ inline size_t split2_smem_bytes(int G, int D) {
-  return static_cast<size_t>(kStep2) * pv_vrow(D, true)   // value stage, one row per key
-         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4  // N's slices (one row block)
-         + 2u * G * kWS2 * 4                              // weights w, pe
-         + 8u * kWRow2 * 2                                // operand weights [8][kWRow2]
-         + 8u * 2 * D                                     // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4;                 // per-row values, page cuts
+// SA (FOLD_DECODE_SPLIT2_SA=1, NOT RUN ON A GPU): plane A of a step in shared memory, filled by
+// cp.async one step ahead, instead of the two halves' planes in registers (and the next step's
+// prefetched there), and plane B of refined keys loaded where it is used: fewer live registers,
+// so that D 128 can run three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
+// bytes apart put the two keys of a quarter-warp's 16-byte loads in disjoint banks.
+__host__ __device__ constexpr int split2_arow(int D) { return D % 128 == 0 ? D + 64 : D; }
+
+__host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
+  return (sa ? static_cast<size_t>(kStep2) * split2_arow(D) : 0)  // plane A of a step (SA)
+         + static_cast<size_t>(kStep2) * pv_vrow(D, true)         // value stage, one row per key
+         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4          // N's slices (one row block)
+         + 2u * G * kWS2 * 4                                      // weights w, pe
+         + 8u * kWRow2 * 2                                        // operand weights [8][kWRow2]
+         + 8u * 2 * D                                             // q planes (MMA A fragments)
+         + (8u + kPagesPerSplit) * G * 4;                         // per-row values, page cuts
 }
 
 // The default for screened bf16 / fp16 caches at D 64 / 128 and G <= 4 (same bits as
@@ -36,7 +44,7 @@ inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t
          p.n_heads / c.n_kv_heads <= 4 && !(v != nullptr && std::strcmp(v, "0") == 0);
 }
 
-template <int NP>
+template <int NP, bool SA>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b) {
@@ -70,6 +78,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  constexpr int AR = split2_arow(D);
+  unsigned char *abuf = reinterpret_cast<unsigned char *>(f + (8 + kPagesPerSplit) * G);  // SA
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   load_q_fragments<NP>(qfrag, ws, row0, G, 1, tid);
@@ -109,6 +119,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int i = 0; i < NP; ++i) a[i] = make_int4(0, 0, 0, 0);
     }
   };
+  // SA: plane A of key kq of the half at jh into abuf row 64 h + kq (zeros past the split).
+  // Each thread writes and later reads only its own quarter's bytes: no barrier between.
+  auto load_a_async = [&](int32_t jh, int h) {
+    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * AR;
+    if (kq < s1 - jh) {
+      const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+    } else {
+#pragma unroll
+      for (int i = 0; i < NP; ++i)
+        *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
   int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -119,8 +143,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
   }
   cp_async_commit();
-  load_a(s0, ka[0], true);
-  load_a(s0 + kChunk, ka[1], true);
+  if constexpr (SA) {
+    __syncthreads();  // s_rowbase (load_a_async reads it through half_row)
+    load_a_async(s0, 0);
+    load_a_async(s0 + kChunk, 1);
+    cp_async_commit();
+  } else {
+    load_a(s0, ka[0], true);
+    load_a(s0 + kChunk, ka[1], true);
+  }
   cp_async_wait<0>();
   __syncthreads();
 
@@ -143,6 +174,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     for (int j = 0; j < 2; ++j) {
       mpres[j] = 8 * warp + 2 * mt + j < nk_mine;
       if (nk_mine > 0) skj[j] = bf16_bits_to_float(s_scale[j0 - s0 + kl0 + j]);
+    }
+    if constexpr (SA) {
+      cp_async_wait<0>();  // this thread's plane-A copies of the step
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i)
+          ka[h][i] = *reinterpret_cast<const int4 *>(
+              abuf + static_cast<size_t>(kChunk * h + kq) * AR + 16 * (u + 4 * i));
     }
     // Coarse dots of both halves, then the exchange: lanes g < 4 keep half 0's, lanes g >= 4
     // take half 1's from lane - 16 (same t, row g - 4).
@@ -196,7 +236,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       unsigned char *dst = stage + static_cast<size_t>(kChunk * h + kq) * VR;
       if (live[h]) {
         const int64_t rr = half_row(j0 + kChunk * h) + kq;
-        if (refine[h]) {
+        if (!SA && refine[h]) {
           const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
 #pragma unroll
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
@@ -213,9 +253,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     }
     cp_async_commit();
     if (more) {
-      load_a(j0 + kStep2, ka_n[0], false);
-      load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+      if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
+        load_a_async(j0 + kStep2, 0);
+        load_a_async(j0 + kStep2 + kChunk, 1);
+      } else {
+        load_a(j0 + kStep2, ka_n[0], false);
+        load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+      }
     }
+    if constexpr (SA) cp_async_commit();  // (an empty group when !more)
     // Weights (the lane's two keys of its half, its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
     const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
@@ -228,6 +274,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     }
     int32_t cb[4] = {0, 0, 0, 0};
     if (any_refine) {
+      if constexpr (SA) {  // plane B of the refined keys, loaded here (short live range)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (refine[h]) {
+            const int4 *pb =
+                reinterpret_cast<const int4 *>(c.k_b + (half_row(j0 + kChunk * h) + kq) * D);
+#pragma unroll
+            for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < NP; ++i) kb[h][i] = make_int4(0, 0, 0, 0);
+          }
+        }
+      }
       int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
       coarse_dots<NP>(qfrag, 0, lane, kb[0], c0);  // q planes x key plane B
       coarse_dots<NP>(qfrag, 0, lane, kb[1], c1);
@@ -259,7 +319,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0 / 2] =
           pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
     }
-    cp_async_wait<0>();
+    // The gathers (SA: all but the newest group, the next step's plane A).
+    if (SA)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     // Per half, as split_item per chunk: page flushes, the rows' sums in key order (thread
     // kThreads - 1 - g for row g), the value product.
@@ -322,7 +386,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       else
         pv_mma_chunk<D, false, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
     }
-    if (more) {
+    if (!SA && more) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -370,11 +434,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 // grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item), MINB
 // blocks per SM (the launcher's choice by head dim: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 does not).
-template <int NP, int MINB>
+template <int NP, int MINB, bool SA = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
-  split2_item<NP>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  split2_item<NP, SA>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
