@@ -2714,8 +2714,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // SM at both head dims (decode_split2.cuh).
   const bool sa = split2 && env_set("FOLD_DECODE_SPLIT2_SA");
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, sa) : 0;
+  // G 5-8 (FOLD_DECODE_SPLIT2_WIDE=1, NOT RUN ON A GPU): both halves per lane, no exchange.
+  const bool wide = G > 4;
   const auto split2_k =
-      sa ? (c.head_dim == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>)
+      wide ? (c.head_dim == 64 ? (sa ? decode_split2_kernel<1, 3, true, true>
+                                     : decode_split2_kernel<1, 2, false, true>)
+                               : (sa ? decode_split2_kernel<2, 3, true, true>
+                                     : decode_split2_kernel<2, 2, false, true>))
+      : sa
+          ? (c.head_dim == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>)
       : c.head_dim == 64 ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>)
                          : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>);
   if (split2)

@@ -269,7 +269,7 @@ def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeyp
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G,page",
     [(torch.bfloat16, 128, 2, 4, 128), (torch.float16, 64, 3, 3, 64), (torch.bfloat16, 64, 2, 1, 256),
-     (torch.bfloat16, 128, 1, 2, 64)],
+     (torch.bfloat16, 128, 1, 2, 64), (torch.bfloat16, 128, 2, 8, 64), (torch.float16, 64, 1, 6, 128)],
 )
 @pytest.mark.parametrize("depth", [16.0, 8.0])
 @pytest.mark.parametrize("sa", ["0", "1"])
@@ -281,6 +281,7 @@ def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, monkeypatch)
     # CPU reference within one rounding.
     # FOLD_DECODE_SPLIT2_SA=1: plane A through shared memory (three blocks per SM at D 128).
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")  # G 5-8 (no effect at G <= 4)
     B = len(RAGGED)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=11, dtype=dtype)
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, page_size=page, dtype=dtype, depth=depth)
