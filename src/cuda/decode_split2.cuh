@@ -1,5 +1,6 @@
-// The screened split with two key halves per thread, for groups of G <= 4 rows (included by
-// decode.cu inside its anonymous namespace, after split_item and load_q_fragments).
+// The screened split with two key halves per thread, for groups of G <= 4 rows (G 5-8: WIDE,
+// below). Included by decode.cu inside its anonymous namespace, after split_item and
+// load_q_fragments.
 //
 // Why: the screened split_item is instruction-bound (notes/decode.md section 20): 815 warp
 // instructions per 64-key chunk, most of them per-warp overhead, and at G <= 4 half of every
@@ -37,7 +38,8 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
 }
 
 // The default for screened bf16 / fp16 caches at D 64 / 128 and G <= 4 (same bits as
-// split_item); FOLD_DECODE_SPLIT2=0 runs split_item instead (A/B runs, the bit test).
+// split_item), and at G 5-8 with FOLD_DECODE_SPLIT2_WIDE=1; FOLD_DECODE_SPLIT2=0 runs split_item
+// instead (A/B runs, the bit test).
 inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
   const char *wide = std::getenv("FOLD_DECODE_SPLIT2_WIDE");
