@@ -69,6 +69,11 @@ constexpr float kLog2eF = 1.44269504088896340736f;
 constexpr float kLn2F = 0.693147180559945309417f;
 
 // A default-on switch read per call: unset or anything but "0" is on (for A/B runs).
+bool env_set(const char *name) {  // set to "1"
+  const char *v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 bool env_on(const char *name) {
   const char *v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -2699,16 +2704,29 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                          "decode_split_ring_kernel");
   const bool screen = !ring && split_screen_supported(c, p);
   const bool split2 = !ring && !screen && split2_supported(c, p);
-  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim) : 0;
   // Blocks per SM: three at D 64 (80 registers, no spills; 22% faster than two at large batch),
   // two at D 128 (120 registers; capped for three it spilled 132 bytes and was 7-9% slower).
   // FOLD_DECODE_SPLIT2_OCC=2 / 3 forces one (A/B runs; the same bits).
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && c.head_dim == 64);
-  const auto split2_k = c.head_dim == 64
-                            ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>)
-                            : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>);
+  // FOLD_DECODE_SPLIT2_SA=1 (NOT RUN ON A GPU): plane A through shared memory, three blocks per
+  // SM at both head dims (decode_split2.cuh).
+  const bool sa = split2 && env_set("FOLD_DECODE_SPLIT2_SA");
+  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, sa) : 0;
+  // G 5-8 (FOLD_DECODE_SPLIT2_WIDE=1, NOT RUN ON A GPU): both halves per lane, no exchange.
+  const bool wide = G > 4;
+  const auto split2_k =
+      wide ? (c.head_dim == 64 ? (sa ? decode_split2_kernel<1, 3, true, true>
+                                     : decode_split2_kernel<1, 2, false, true>)
+                               // (D 128 SA at G 8: 78.9 KB per block, two blocks fit)
+                               : (sa ? (G <= 7 ? decode_split2_kernel<2, 3, true, true>
+                                               : decode_split2_kernel<2, 2, true, true>)
+                                     : decode_split2_kernel<2, 2, false, true>))
+      : sa
+          ? (c.head_dim == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>)
+      : c.head_dim == 64 ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>)
+                         : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>);
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");
