@@ -69,11 +69,6 @@ constexpr float kLog2eF = 1.44269504088896340736f;
 constexpr float kLn2F = 0.693147180559945309417f;
 
 // A default-on switch read per call: unset or anything but "0" is on (for A/B runs).
-bool env_set(const char *name) {  // set to "1"
-  const char *v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 bool env_on(const char *name) {
   const char *v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -2703,18 +2698,19 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
   const bool screen = !ring && split_screen_supported(c, p);
-  const bool split2 = !ring && !screen && split2_supported(c, p);
-  // Blocks per SM: three at D 64 (80 registers, no spills; 22% faster than two at large batch),
-  // two at D 128 (120 registers; capped for three it spilled 132 bytes and was 7-9% slower).
-  // FOLD_DECODE_SPLIT2_OCC=2 / 3 forces one (A/B runs; the same bits).
+  // The split grid holds more blocks than two per SM (split2's form: decode_split2.cuh).
+  const bool big = static_cast<int64_t>(w.splits) * groups > 2 * static_cast<int64_t>(sm_count());
+  const Split2Plan plan2 = split2_plan(c, p, big);
+  const bool split2 = !ring && !screen && plan2.on;
+  // Blocks per SM without SA: three at D 64 (80 registers, no spills; 22% faster than two at
+  // large batch), two at D 128 (120 registers; capped for three it spilled 132 bytes and was
+  // 7-9% slower). FOLD_DECODE_SPLIT2_OCC=2 / 3 forces one (A/B runs; the same bits).
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && c.head_dim == 64);
-  // FOLD_DECODE_SPLIT2_SA=1 (NOT RUN ON A GPU): plane A through shared memory, three blocks per
-  // SM at both head dims (decode_split2.cuh).
-  const bool sa = split2 && env_set("FOLD_DECODE_SPLIT2_SA");
+  const bool sa = split2 && plan2.sa;
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, sa) : 0;
-  // G 5-8 (FOLD_DECODE_SPLIT2_WIDE=1, NOT RUN ON A GPU): both halves per lane, no exchange.
+  // G 5-8 (WIDE): both halves per lane, no exchange.
   const bool wide = G > 4;
   const auto split2_k =
       wide ? (c.head_dim == 64 ? (sa ? decode_split2_kernel<1, 3, true, true>

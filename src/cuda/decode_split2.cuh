@@ -20,10 +20,10 @@ constexpr int kStep2 = 2 * kChunk;  // keys per step
 constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w, pe (float4 rows, distinct banks)
 constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 
-// SA (FOLD_DECODE_SPLIT2_SA=1, NOT RUN ON A GPU): plane A of a step in shared memory, filled by
-// cp.async one step ahead, instead of the two halves' planes in registers (and the next step's
-// prefetched there), and plane B of refined keys loaded where it is used: fewer live registers,
-// so that D 128 can run three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
+// SA (split2_plan): plane A of a step in shared memory, filled by cp.async one step ahead,
+// instead of the two halves' planes in registers (and the next step's prefetched there), and
+// plane B of refined keys loaded where it is used: fewer live registers, so that D 128 can run
+// three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
 // bytes apart put the two keys of a quarter-warp's 16-byte loads in disjoint banks.
 __host__ __device__ constexpr int split2_arow(int D) { return D % 128 == 0 ? D + 64 : D; }
 
@@ -37,21 +37,49 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
          + (8u + kPagesPerSplit) * G * 4;                         // per-row values, page cuts
 }
 
-// The default for screened bf16 / fp16 caches at D 64 / 128 and G <= 4 (same bits as
-// split_item), and at G 5-8 with FOLD_DECODE_SPLIT2_WIDE=1; FOLD_DECODE_SPLIT2=0 runs split_item
-// instead (A/B runs, the bit test).
-inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
-  const char *v = std::getenv("FOLD_DECODE_SPLIT2");
-  const char *wide = std::getenv("FOLD_DECODE_SPLIT2_WIDE");
-  const int G = p.n_heads / c.n_kv_heads;
-  const bool g_ok = G <= 4 || (G <= 8 && wide != nullptr && std::strcmp(wide, "1") == 0);
-  return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) && g_ok &&
-         !(v != nullptr && std::strcmp(v, "0") == 0);
+// A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
+inline int env_tristate(const char *name) {
+  const char *v = std::getenv(name);
+  if (v == nullptr) return -1;
+  return std::strcmp(v, "1") == 0 ? 1 : (std::strcmp(v, "0") == 0 ? 0 : -1);
 }
 
-// WIDE (G 5-8, FOLD_DECODE_SPLIT2_WIDE=1, NOT RUN ON A GPU): no exchange; every lane's row g
-// of the 8-row block is a real row, and each lane takes its two keys in both halves (four
-// (row, key) pairs), so only the per-step overhead is halved, not the scalar work.
+// Which split2 form a launch takes. `big`: the split grid holds more blocks than two per SM,
+// so a kernel bounded to two blocks per SM needs a second wave (scheduling only: every form
+// gives the same bits, test_decode_split2_same_bits).
+struct Split2Plan {
+  bool on = false;  // split2 at all (else split_item, or a ring)
+  bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
+};
+
+// Measured on the H200 (notes/decode.md section 21, session 13 round 1; split kernel µs):
+// - G <= 4, D 128: registers (two blocks per SM) win while one wave holds the grid (B1 L32K
+//   59.1 against SA's 67.3); SA's three blocks win beyond (B32 L8K 347 -> 288, B128 L4K
+//   692 -> 570). D 64 fits three blocks without SA, which adds nothing there (within 2%).
+// - G 5-8 (WIDE, both halves per lane): 14% faster than split_item in one wave (B1 L32K D 128
+//   65.9 -> 56.5), 5-8% slower beyond (two blocks per SM against split_item's three).
+// FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
+// force a form on ("1") or off ("0") for A/B runs and the bit test.
+inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
+  Split2Plan plan;
+  const char *v = std::getenv("FOLD_DECODE_SPLIT2");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
+  if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
+  const int G = p.n_heads / c.n_kv_heads;
+  if (G > 8) return plan;
+  if (G > 4) {
+    const int wide = env_tristate("FOLD_DECODE_SPLIT2_WIDE");
+    if (!(wide == 1 || (wide == -1 && !big))) return plan;
+  }
+  plan.on = true;
+  const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
+  plan.sa = sa == 1 || (sa == -1 && G <= 4 && c.head_dim == 128 && big);
+  return plan;
+}
+
+// WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
+// each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
+// overhead is halved, not the scalar work.
 template <int NP, bool SA, bool WIDE>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
