@@ -2698,8 +2698,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
   const bool screen = !ring && split_screen_supported(c, p);
-  // The split grid holds more blocks than two per SM (split2's form: decode_split2.cuh).
-  const bool big = static_cast<int64_t>(w.splits) * groups > 2 * static_cast<int64_t>(sm_count());
+  // The split grid holds more than four blocks per SM (split2's form: decode_split2.cuh). The
+  // grid follows the cache's capacity (max_len), not the lengths, which the host does not read.
+  const bool big = static_cast<int64_t>(w.splits) * groups > 4 * static_cast<int64_t>(sm_count());
   const Split2Plan plan2 = split2_plan(c, p, big);
   const bool split2 = !ring && !screen && plan2.on;
   // Blocks per SM without SA: three at D 64 (80 registers, no spills; 22% faster than two at

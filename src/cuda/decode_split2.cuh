@@ -44,22 +44,21 @@ inline int env_tristate(const char *name) {
   return std::strcmp(v, "1") == 0 ? 1 : (std::strcmp(v, "0") == 0 ? 0 : -1);
 }
 
-// Which split2 form a launch takes. `big`: the split grid holds more blocks than two per SM,
-// so a kernel bounded to two blocks per SM needs a second wave (scheduling only: every form
-// gives the same bits, test_decode_split2_same_bits).
+// Which split2 form a launch takes. `big`: the split grid holds more than four blocks per SM
+// (scheduling only: every form gives the same bits, test_decode_split2_same_bits).
 struct Split2Plan {
   bool on = false;  // split2 at all (else split_item, or a ring)
   bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
 };
 
-// Measured on the H200 (notes/decode.md section 21, session 13 round 1; split kernel µs):
-// - G <= 4, D 128: registers (two blocks per SM) win while one wave holds the grid (B1 L32K
-//   59.1 against SA's 67.3); SA's three blocks win beyond (B32 L8K 347 -> 288, B128 L4K
-//   692 -> 570). D 64 fits three blocks without SA, which adds nothing there (within 2%).
-// - G 5-8 (WIDE, both halves per lane): 14% faster than split_item in one wave (B1 L32K D 128
-//   65.9 -> 56.5), 5-8% slower beyond (two blocks per SM against split_item's three).
-// FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
-// force a form on ("1") or off ("0") for A/B runs and the bit test.
+// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1 and 3; split kernel µs,
+// depth 16; blocks = splits x KV heads x batch, 132 SMs):
+// - G <= 4, D 128: registers (two blocks per SM) win up to 512 blocks (B1 L32K 58.6 against
+//   SA's 65.7), SA's three blocks from 1,024 on (B2 L32K 106.8 -> 96.5, B32 L8K 347 -> 288,
+//   B128 L4K 692 -> 570). D 64 fits three blocks without SA, which adds nothing there (< 2%).
+// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks (D 128 B4 L16K
+//   H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), 3-12% slower from 1,024 on (two
+//   blocks per SM against split_item's three).
 inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
