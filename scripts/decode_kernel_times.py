@@ -7,6 +7,7 @@ python scripts/decode_kernel_times.py             B1 L32K, B32 L8K, B128 L4K; H 
 python scripts/decode_kernel_times.py --g4        H 32 / Hkv 8
 python scripts/decode_kernel_times.py --shapes "1,2048,9,3,64;1,8192,9,3,64"   (B,L,H,Hkv,D;...)
 python scripts/decode_kernel_times.py --dense-only  depth None only
+python scripts/decode_kernel_times.py --screened-only  depth 16 only
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
@@ -27,7 +28,8 @@ SHAPES = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128
 if "--shapes" in sys.argv:
     SHAPES = tuple(tuple(int(x) for x in s.split(","))
                    for s in sys.argv[sys.argv.index("--shapes") + 1].split(";") if s)
-DEPTHS = (None,) if "--dense-only" in sys.argv else (None, 16.0)
+DEPTHS = ((None,) if "--dense-only" in sys.argv else (16.0,) if "--screened-only" in sys.argv
+          else (None, 16.0))
 REPS = 10
 
 

@@ -1,5 +1,6 @@
-// The screened split with two key halves per thread, for groups of G <= 4 rows (included by
-// decode.cu inside its anonymous namespace, after split_item and load_q_fragments).
+// The screened split with two key halves per thread, for groups of G <= 4 rows (G 5-8: WIDE,
+// below). Included by decode.cu inside its anonymous namespace, after split_item and
+// load_q_fragments.
 //
 // Why: the screened split_item is instruction-bound (notes/decode.md section 20): 815 warp
 // instructions per 64-key chunk, most of them per-warp overhead, and at G <= 4 half of every
@@ -19,24 +20,66 @@ constexpr int kStep2 = 2 * kChunk;  // keys per step
 constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w, pe (float4 rows, distinct banks)
 constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 
-__host__ __device__ inline size_t split2_smem_bytes(int G, int D) {
-  return static_cast<size_t>(kStep2) * pv_vrow(D, true)   // value stage, one row per key
-         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4  // N's slices (one row block)
-         + 2u * G * kWS2 * 4                              // weights w, pe
-         + 8u * kWRow2 * 2                                // operand weights [8][kWRow2]
-         + 8u * 2 * D                                     // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4;                 // per-row values, page cuts
+// SA (split2_plan): plane A of a step in shared memory, filled by cp.async one step ahead,
+// instead of the two halves' planes in registers (and the next step's prefetched there), and
+// plane B of refined keys loaded where it is used: fewer live registers, so that D 128 can run
+// three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
+// bytes apart put the two keys of a quarter-warp's 16-byte loads in disjoint banks.
+__host__ __device__ constexpr int split2_arow(int D) { return D % 128 == 0 ? D + 64 : D; }
+
+__host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
+  return (sa ? static_cast<size_t>(kStep2) * split2_arow(D) : 0)  // plane A of a step (SA)
+         + static_cast<size_t>(kStep2) * pv_vrow(D, true)         // value stage, one row per key
+         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4          // N's slices (one row block)
+         + 2u * G * kWS2 * 4                                      // weights w, pe
+         + 8u * kWRow2 * 2                                        // operand weights [8][kWRow2]
+         + 8u * 2 * D                                             // q planes (MMA A fragments)
+         + (8u + kPagesPerSplit) * G * 4;                         // per-row values, page cuts
 }
 
-// The default for screened bf16 / fp16 caches at D 64 / 128 and G <= 4 (same bits as
-// split_item); FOLD_DECODE_SPLIT2=0 runs split_item instead (A/B runs, the bit test).
-inline bool split2_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+// A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
+inline int env_tristate(const char *name) {
+  const char *v = std::getenv(name);
+  if (v == nullptr) return -1;
+  return std::strcmp(v, "1") == 0 ? 1 : (std::strcmp(v, "0") == 0 ? 0 : -1);
+}
+
+// Which split2 form a launch takes. `big`: the split grid holds more than four blocks per SM
+// (scheduling only: every form gives the same bits, test_decode_split2_same_bits).
+struct Split2Plan {
+  bool on = false;  // split2 at all (else split_item, or a ring)
+  bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
+};
+
+// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1 and 3; split kernel µs,
+// depth 16; blocks = splits x KV heads x batch, 132 SMs):
+// - G <= 4, D 128: registers (two blocks per SM) win up to 512 blocks (B1 L32K 58.6 against
+//   SA's 65.7), SA's three blocks from 1,024 on (B2 L32K 106.8 -> 96.5, B32 L8K 347 -> 288,
+//   B128 L4K 692 -> 570). D 64 fits three blocks without SA, which adds nothing there (< 2%).
+// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks (D 128 B4 L16K
+//   H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), 3-12% slower from 1,024 on (two
+//   blocks per SM against split_item's three).
+inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
+  Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
-  return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
-         p.n_heads / c.n_kv_heads <= 4 && !(v != nullptr && std::strcmp(v, "0") == 0);
+  if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
+  if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
+  const int G = p.n_heads / c.n_kv_heads;
+  if (G > 8) return plan;
+  if (G > 4) {
+    const int wide = env_tristate("FOLD_DECODE_SPLIT2_WIDE");
+    if (!(wide == 1 || (wide == -1 && !big))) return plan;
+  }
+  plan.on = true;
+  const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
+  plan.sa = sa == 1 || (sa == -1 && G <= 4 && c.head_dim == 128 && big);
+  return plan;
 }
 
-template <int NP>
+// WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
+// each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
+// overhead is halved, not the scalar work.
+template <int NP, bool SA, bool WIDE>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b) {
@@ -58,7 +101,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = tid >> 2, u = tid & 3;  // screen layout: key kq of each half, quarter u
   const int mg = lane >> 2, mt = lane & 3;
-  const int hs = mg >> 2, r = mg & 3;  // after the exchange: this lane's half and row
+  // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
+  const int hs = WIDE ? 0 : mg >> 2, r = WIDE ? mg : mg & 3;
+  constexpr int NSL = WIDE ? 2 : 1;  // (half, two keys) slots per lane
   const bool pf16 = c.dtype == FOLD_DTYPE_F16;
   unsigned char *stage = smem;                                                      // [128][VR]
   float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
@@ -70,6 +115,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  constexpr int AR = split2_arow(D);
+  unsigned char *abuf = reinterpret_cast<unsigned char *>(f + (8 + kPagesPerSplit) * G);  // SA
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   load_q_fragments<NP>(qfrag, ws, row0, G, 1, tid);
@@ -109,6 +156,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int i = 0; i < NP; ++i) a[i] = make_int4(0, 0, 0, 0);
     }
   };
+  // SA: plane A of key kq of the half at jh into abuf row 64 h + kq (zeros past the split).
+  // Each thread writes and later reads only its own quarter's bytes: no barrier between.
+  auto load_a_async = [&](int32_t jh, int h) {
+    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * AR;
+    if (kq < s1 - jh) {
+      const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+    } else {
+#pragma unroll
+      for (int i = 0; i < NP; ++i)
+        *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
   int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -119,8 +180,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
   }
   cp_async_commit();
-  load_a(s0, ka[0], true);
-  load_a(s0 + kChunk, ka[1], true);
+  if constexpr (SA) {
+    __syncthreads();  // s_rowbase (load_a_async reads it through half_row)
+    load_a_async(s0, 0);
+    load_a_async(s0 + kChunk, 1);
+    cp_async_commit();
+  } else {
+    load_a(s0, ka[0], true);
+    load_a(s0 + kChunk, ka[1], true);
+  }
   cp_async_wait<0>();
   __syncthreads();
 
@@ -134,47 +202,75 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
-    const int nk_mine = hs == 0 ? nkh0 : nkh1;
-    const int kl0 = kChunk * hs + 8 * warp + 2 * mt;  // this lane's keys kl0, kl0 + 1 (step)
     const bool rv = r < G;
-    bool mpres[2];
-    float skj[2] = {0.0f, 0.0f};
+    // Slot sl: half hh(sl) (WIDE: sl; else the lane's half after the exchange), keys kl0(sl),
+    // kl0(sl) + 1 of the step.
+    const auto hh = [&](int sl) { return WIDE ? sl : hs; };
+    const auto kl0 = [&](int sl) { return kChunk * hh(sl) + 8 * warp + 2 * mt; };
+    bool mpres[NSL][2];
+    float skj[NSL][2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      mpres[j] = 8 * warp + 2 * mt + j < nk_mine;
-      if (nk_mine > 0) skj[j] = bf16_bits_to_float(s_scale[j0 - s0 + kl0 + j]);
+    for (int sl = 0; sl < NSL; ++sl) {
+      const int nk_mine = hh(sl) == 0 ? nkh0 : nkh1;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        mpres[sl][j] = 8 * warp + 2 * mt + j < nk_mine;
+        skj[sl][j] = nk_mine > 0 ? bf16_bits_to_float(s_scale[j0 - s0 + kl0(sl) + j]) : 0.0f;
+      }
     }
-    // Coarse dots of both halves, then the exchange: lanes g < 4 keep half 0's, lanes g >= 4
-    // take half 1's from lane - 16 (same t, row g - 4).
-    int32_t ca[4];
+    if constexpr (SA) {
+      cp_async_wait<0>();  // this thread's plane-A copies of the step
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i)
+          ka[h][i] = *reinterpret_cast<const int4 *>(
+              abuf + static_cast<size_t>(kChunk * h + kq) * AR + 16 * (u + 4 * i));
+    }
+    // Coarse dots of both halves. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes
+    // g >= 4 take half 1's from lane - 16 (same t, row g - 4). WIDE: both kept.
+    int32_t ca[NSL][4];
     {
       int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
       coarse_dots<NP>(qfrag, 0, lane, ka[0], c0);
       coarse_dots<NP>(qfrag, 0, lane, ka[1], c1);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
-        ca[i] = hs == 0 ? c0[i] : x;
+        if constexpr (WIDE) {
+          ca[0][i] = c0[i];
+          ca[NSL - 1][i] = c1[i];
+        } else {
+          const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
+          ca[0][i] = hs == 0 ? c0[i] : x;
+        }
       }
     }
-    int vbits = 0;  // keys 2t (bits 0-1), 2t + 1 (bits 3-4) of this lane's half; OR over rows
-    if (rv) {
+    int vbits[NSL];  // per slot: keys 2t (bits 0-1), 2t + 1 (bits 3-4); OR over rows
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float sa = coarse_logit(ca[j], ca[2 + j], logit_multiplier(sq[r], skj[j], 8 + log2d));
-        vbits |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
-        w[r * kWS2 + kl0 + j] = sa;
+    for (int sl = 0; sl < NSL; ++sl) {
+      vbits[sl] = 0;
+      if (rv) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float sa = coarse_logit(ca[sl][j], ca[sl][2 + j],
+                                        logit_multiplier(sq[r], skj[sl][j], 8 + log2d));
+          vbits[sl] |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
+          w[r * kWS2 + kl0(sl) + j] = sa;
+        }
       }
+      vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 4);  // rows of the same half
+      vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
+      if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);
     }
-    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);  // rows of the same half only
-    vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
     bool live[2], refine[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
-      // lane >> 3, j = (lane >> 2) & 1; row 0 of half h is lane 16 h + t.
-      const int mine =
-          __shfl_sync(0xffffffffu, vbits, 16 * h + (lane >> 3)) >> (3 * ((lane >> 2) & 1));
+      // lane >> 3, j = (lane >> 2) & 1; row 0 of half h is lane 16 h + t (WIDE: lane t of
+      // slot h).
+      const int src = WIDE ? __shfl_sync(0xffffffffu, vbits[WIDE ? h : 0], lane >> 3)
+                           : __shfl_sync(0xffffffffu, vbits[0], 16 * h + (lane >> 3));
+      const int mine = src >> (3 * ((lane >> 2) & 1));
       const bool present = kq < (h == 0 ? nkh0 : nkh1);
       live[h] = (mine & 1) != 0 && present;
       refine[h] = (mine & 2) != 0 && live[h];
@@ -196,7 +292,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       unsigned char *dst = stage + static_cast<size_t>(kChunk * h + kq) * VR;
       if (live[h]) {
         const int64_t rr = half_row(j0 + kChunk * h) + kq;
-        if (refine[h]) {
+        if (!SA && refine[h]) {
           const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
 #pragma unroll
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
@@ -213,53 +309,85 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     }
     cp_async_commit();
     if (more) {
-      load_a(j0 + kStep2, ka_n[0], false);
-      load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+      if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
+        load_a_async(j0 + kStep2, 0);
+        load_a_async(j0 + kStep2 + kChunk, 1);
+      } else {
+        load_a(j0 + kStep2, ka_n[0], false);
+        load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+      }
     }
-    // Weights (the lane's two keys of its half, its row): live keys 2^(ell - Z) rounded to the
+    if constexpr (SA) cp_async_commit();  // (an empty group when !more)
+    // Weights (per slot, the lane's two keys and its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
     const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
-    bool mlive[2], mref[2];
+    int32_t cb[NSL][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int bits = vbits >> (3 * j);
-      mlive[j] = (bits & 1) != 0 && mpres[j];
-      mref[j] = (bits & 2) != 0 && mlive[j];
-    }
-    int32_t cb[4] = {0, 0, 0, 0};
+    for (int sl = 0; sl < NSL; ++sl)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cb[sl][i] = 0;
     if (any_refine) {
+      if constexpr (SA) {  // plane B of the refined keys, loaded here (short live range)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (refine[h]) {
+            const int4 *pb =
+                reinterpret_cast<const int4 *>(c.k_b + (half_row(j0 + kChunk * h) + kq) * D);
+#pragma unroll
+            for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < NP; ++i) kb[h][i] = make_int4(0, 0, 0, 0);
+          }
+        }
+      }
       int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
       coarse_dots<NP>(qfrag, 0, lane, kb[0], c0);  // q planes x key plane B
       coarse_dots<NP>(qfrag, 0, lane, kb[1], c1);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
-        cb[i] = hs == 0 ? c0[i] : x;
+        if constexpr (WIDE) {
+          cb[0][i] = c0[i];
+          cb[NSL - 1][i] = c1[i];
+        } else {
+          const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
+          cb[0][i] = hs == 0 ? c0[i] : x;
+        }
       }
     }
     if (rv) {
-      float opw[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        if (!mpres[j]) continue;
-        const int e = r * kWS2 + kl0 + j;
-        if (mlive[j]) {
-          const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
-                                                 logit_multiplier(sq[r], skj[j], 16 + log2d))
-                                    : w[e];
-          const float pex = exp2_fp(sub_rn(ell, zr[r]));
-          const float pw = round_operand(pex, pf16);
-          pe[e] = pex;
-          w[e] = pw;
-          opw[j] = pw;
-        } else {
-          w[e] = exp2_fp(sub_rn(w[e], zr[r]));
+      for (int sl = 0; sl < NSL; ++sl) {
+        float opw[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int bits = vbits[sl] >> (3 * j);
+          const bool mlive = (bits & 1) != 0 && mpres[sl][j];
+          const bool mref = (bits & 2) != 0 && mlive;
+          if (!mpres[sl][j]) continue;
+          const int e = r * kWS2 + kl0(sl) + j;
+          if (mlive) {
+            const float ell = mref ? fine_logit(ca[sl][j], ca[sl][2 + j], cb[sl][j], cb[sl][2 + j],
+                                                logit_multiplier(sq[r], skj[sl][j], 16 + log2d))
+                                   : w[e];
+            const float pex = exp2_fp(sub_rn(ell, zr[r]));
+            const float pw = round_operand(pex, pf16);
+            pe[e] = pex;
+            w[e] = pw;
+            opw[j] = pw;
+          } else {
+            w[e] = exp2_fp(sub_rn(w[e], zr[r]));
+          }
         }
+        reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
+            pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
       }
-      reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0 / 2] =
-          pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
     }
-    cp_async_wait<0>();
+    // The gathers (SA: all but the newest group, the next step's plane A).
+    if (SA)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
     // Per half, as split_item per chunk: page flushes, the rows' sums in key order (thread
     // kThreads - 1 - g for row g), the value product.
@@ -322,7 +450,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       else
         pv_mma_chunk<D, false, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
     }
-    if (more) {
+    if (!SA && more) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -370,11 +498,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 // grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item), MINB
 // blocks per SM (the launcher's choice by head dim: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 does not).
-template <int NP, int MINB>
+template <int NP, int MINB, bool SA = false, bool WIDE = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
-  split2_item<NP>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  split2_item<NP, SA, WIDE>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
