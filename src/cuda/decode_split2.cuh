@@ -23,9 +23,15 @@ constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 // SA (split2_plan): plane A of a step in shared memory, filled by cp.async one step ahead,
 // instead of the two halves' planes in registers (and the next step's prefetched there), and
 // plane B of refined keys loaded where it is used: fewer live registers, so that D 128 can run
-// three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
-// bytes apart put the two keys of a quarter-warp's 16-byte loads in disjoint banks.
-__host__ __device__ constexpr int split2_arow(int D) { return D % 128 == 0 ? D + 64 : D; }
+// three blocks per SM. Rows of D bytes, unpadded; at D 128 a row is 32 banks wide, so an odd
+// key's 16-byte pieces are stored swapped by halves (split2_apiece): the two keys of a
+// quarter-warp's 16-byte accesses then fall in disjoint banks. (Rows padded to 192 bytes did the
+// same and cost 8 KB: at G 8 three blocks per SM did not fit.)
+__host__ __device__ constexpr int split2_arow(int D) { return D; }
+// Where piece p (16 bytes) of key kq's plane A sits in its row.
+__host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
+  return D == 128 ? p ^ ((kq & 1) << 2) : p;
+}
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   return (sa ? static_cast<size_t>(kStep2) * split2_arow(D) : 0)  // plane A of a step (SA)
@@ -72,7 +78,7 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   }
   plan.on = true;
   const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
-  plan.sa = sa == 1 || (sa == -1 && G <= 4 && c.head_dim == 128 && big);
+  plan.sa = sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128));
   return plan;
 }
 
@@ -163,11 +169,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     if (kq < s1 - jh) {
       const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
 #pragma unroll
-      for (int i = 0; i < NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+      for (int i = 0; i < NP; ++i)
+        cp_async16(dst + 16 * split2_apiece(D, kq, u + 4 * i), src + 16 * (u + 4 * i));
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i)
-        *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4 *>(dst + 16 * split2_apiece(D, kq, u + 4 * i)) =
+            make_uint4(0u, 0u, 0u, 0u);
     }
   };
   int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
@@ -224,8 +232,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < NP; ++i)
-          ka[h][i] = *reinterpret_cast<const int4 *>(
-              abuf + static_cast<size_t>(kChunk * h + kq) * AR + 16 * (u + 4 * i));
+          ka[h][i] =
+              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * AR +
+                                              16 * split2_apiece(D, kq, u + 4 * i));
     }
     // Coarse dots of both halves. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes
     // g >= 4 take half 1's from lane - 16 (same t, row g - 4). WIDE: both kept.
