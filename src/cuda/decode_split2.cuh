@@ -57,14 +57,17 @@ struct Split2Plan {
   bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
 };
 
-// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1 and 3; split kernel µs,
-// depth 16; blocks = splits x KV heads x batch, 132 SMs):
+// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1, 3 and 5; split kernel
+// µs, depth 16; blocks = splits x KV heads x batch, 132 SMs):
 // - G <= 4, D 128: registers (two blocks per SM) win up to 512 blocks (B1 L32K 58.6 against
 //   SA's 65.7), SA's three blocks from 1,024 on (B2 L32K 106.8 -> 96.5, B32 L8K 347 -> 288,
 //   B128 L4K 692 -> 570). D 64 fits three blocks without SA, which adds nothing there (< 2%).
-// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks (D 128 B4 L16K
-//   H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), 3-12% slower from 1,024 on (two
-//   blocks per SM against split_item's three).
+// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks with registers
+//   (D 128 B4 L16K H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), and from 1,024 on
+//   with SA's three blocks (B16 L16K H 32/4 185.2 -> 167.2, D 64 B32 L16K H 16/2 158.4 -> 135.0);
+//   with registers there it was 3-12% slower.
+// FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
+// force a form on ("1") or off ("0") for A/B runs and the bit test.
 inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
@@ -72,10 +75,7 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
   const int G = p.n_heads / c.n_kv_heads;
   if (G > 8) return plan;
-  if (G > 4) {
-    const int wide = env_tristate("FOLD_DECODE_SPLIT2_WIDE");
-    if (!(wide == 1 || (wide == -1 && !big))) return plan;
-  }
+  if (G > 4 && env_tristate("FOLD_DECODE_SPLIT2_WIDE") == 0) return plan;
   plan.on = true;
   const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
   plan.sa = sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128));
@@ -504,9 +504,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
 }
 
-// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item), MINB
-// blocks per SM (the launcher's choice by head dim: the two halves' plane registers and the next
-// step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 does not).
+// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 8 (split2_item), MINB
+// blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
+// step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
+// plane A in shared memory, SA).
 template <int NP, int MINB, bool SA = false, bool WIDE = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
