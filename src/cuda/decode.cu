@@ -2716,9 +2716,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const auto split2_k =
       wide ? (c.head_dim == 64 ? (sa ? decode_split2_kernel<1, 3, true, true>
                                      : decode_split2_kernel<1, 2, false, true>)
-                               // (D 128 SA at G 8: 78.9 KB per block, two blocks fit)
-                               : (sa ? (G <= 7 ? decode_split2_kernel<2, 3, true, true>
-                                               : decode_split2_kernel<2, 2, true, true>)
+                               : (sa ? decode_split2_kernel<2, 3, true, true>
                                      : decode_split2_kernel<2, 2, false, true>))
       : sa
           ? (c.head_dim == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>)

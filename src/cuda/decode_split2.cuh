@@ -23,9 +23,15 @@ constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 // SA (split2_plan): plane A of a step in shared memory, filled by cp.async one step ahead,
 // instead of the two halves' planes in registers (and the next step's prefetched there), and
 // plane B of refined keys loaded where it is used: fewer live registers, so that D 128 can run
-// three blocks per SM. Rows of split2_arow(D) bytes: at D 128 rows 192
-// bytes apart put the two keys of a quarter-warp's 16-byte loads in disjoint banks.
-__host__ __device__ constexpr int split2_arow(int D) { return D % 128 == 0 ? D + 64 : D; }
+// three blocks per SM. Rows of D bytes, unpadded; at D 128 a row is 32 banks wide, so an odd
+// key's 16-byte pieces are stored swapped by halves (split2_apiece): the two keys of a
+// quarter-warp's 16-byte accesses then fall in disjoint banks. (Rows padded to 192 bytes did the
+// same and cost 8 KB: at G 8 three blocks per SM did not fit.)
+__host__ __device__ constexpr int split2_arow(int D) { return D; }
+// Where piece p (16 bytes) of key kq's plane A sits in its row.
+__host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
+  return D == 128 ? p ^ ((kq & 1) << 2) : p;
+}
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   return (sa ? static_cast<size_t>(kStep2) * split2_arow(D) : 0)  // plane A of a step (SA)
@@ -51,14 +57,17 @@ struct Split2Plan {
   bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
 };
 
-// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1 and 3; split kernel µs,
-// depth 16; blocks = splits x KV heads x batch, 132 SMs):
+// Measured on the H200 (notes/decode.md section 21, session 13 rounds 1, 3 and 5; split kernel
+// µs, depth 16; blocks = splits x KV heads x batch, 132 SMs):
 // - G <= 4, D 128: registers (two blocks per SM) win up to 512 blocks (B1 L32K 58.6 against
 //   SA's 65.7), SA's three blocks from 1,024 on (B2 L32K 106.8 -> 96.5, B32 L8K 347 -> 288,
 //   B128 L4K 692 -> 570). D 64 fits three blocks without SA, which adds nothing there (< 2%).
-// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks (D 128 B4 L16K
-//   H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), 3-12% slower from 1,024 on (two
-//   blocks per SM against split_item's three).
+// - G 5-8 (WIDE, both halves per lane): faster than split_item up to 512 blocks with registers
+//   (D 128 B4 L16K H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), and from 1,024 on
+//   with SA's three blocks (B16 L16K H 32/4 185.2 -> 167.2, D 64 B32 L16K H 16/2 158.4 -> 135.0);
+//   with registers there it was 3-12% slower.
+// FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
+// force a form on ("1") or off ("0") for A/B runs and the bit test.
 inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
@@ -66,13 +75,10 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
   const int G = p.n_heads / c.n_kv_heads;
   if (G > 8) return plan;
-  if (G > 4) {
-    const int wide = env_tristate("FOLD_DECODE_SPLIT2_WIDE");
-    if (!(wide == 1 || (wide == -1 && !big))) return plan;
-  }
+  if (G > 4 && env_tristate("FOLD_DECODE_SPLIT2_WIDE") == 0) return plan;
   plan.on = true;
   const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
-  plan.sa = sa == 1 || (sa == -1 && G <= 4 && c.head_dim == 128 && big);
+  plan.sa = sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128));
   return plan;
 }
 
@@ -163,11 +169,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     if (kq < s1 - jh) {
       const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
 #pragma unroll
-      for (int i = 0; i < NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+      for (int i = 0; i < NP; ++i)
+        cp_async16(dst + 16 * split2_apiece(D, kq, u + 4 * i), src + 16 * (u + 4 * i));
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i)
-        *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4 *>(dst + 16 * split2_apiece(D, kq, u + 4 * i)) =
+            make_uint4(0u, 0u, 0u, 0u);
     }
   };
   int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
@@ -224,8 +232,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < NP; ++i)
-          ka[h][i] = *reinterpret_cast<const int4 *>(
-              abuf + static_cast<size_t>(kChunk * h + kq) * AR + 16 * (u + 4 * i));
+          ka[h][i] =
+              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * AR +
+                                              16 * split2_apiece(D, kq, u + 4 * i));
     }
     // Coarse dots of both halves. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes
     // g >= 4 take half 1's from lane - 16 (same t, row g - 4). WIDE: both kept.
@@ -495,9 +504,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
 }
 
-// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 4 (split2_item), MINB
-// blocks per SM (the launcher's choice by head dim: the two halves' plane registers and the next
-// step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 does not).
+// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 8 (split2_item), MINB
+// blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
+// step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
+// plane A in shared memory, SA).
 template <int NP, int MINB, bool SA = false, bool WIDE = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
