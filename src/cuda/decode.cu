@@ -2703,25 +2703,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool big = static_cast<int64_t>(w.splits) * groups > 4 * static_cast<int64_t>(sm_count());
   const Split2Plan plan2 = split2_plan(c, p, big);
   const bool split2 = !ring && !screen && plan2.on;
-  // Blocks per SM without SA: three at D 64 (80 registers, no spills; 22% faster than two at
-  // large batch), two at D 128 (120 registers; capped for three it spilled 132 bytes and was
-  // 7-9% slower). FOLD_DECODE_SPLIT2_OCC=2 / 3 forces one (A/B runs; the same bits).
-  const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
-  const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
-  const bool three = occ_n == 3 || (occ_n != 2 && c.head_dim == 64);
-  const bool sa = split2 && plan2.sa;
-  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, sa) : 0;
-  // G 5-8 (WIDE): both halves per lane, no exchange.
-  const bool wide = G > 4;
-  const auto split2_k =
-      wide ? (c.head_dim == 64 ? (sa ? decode_split2_kernel<1, 3, true, true>
-                                     : decode_split2_kernel<1, 2, false, true>)
-                               : (sa ? decode_split2_kernel<2, 3, true, true>
-                                     : decode_split2_kernel<2, 2, false, true>))
-      : sa
-          ? (c.head_dim == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>)
-      : c.head_dim == 64 ? (three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>)
-                         : (three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>);
+  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
+  const Split2Kernel split2_k = split2 ? split2_kernel(plan2, G, c.head_dim) : nullptr;
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");

@@ -516,3 +516,26 @@ __global__ void __launch_bounds__(kThreads, MINB)
   split2_item<NP, SA, WIDE>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
+
+using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws,
+                              int64_t *);
+
+// The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80
+// registers, no spills; 22% faster than two at large batch), two at D 128 (120 registers;
+// capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
+// forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange).
+inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D) {
+  const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
+  const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
+  const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
+  if (G > 4) {
+    if (D == 64)
+      return plan.sa ? decode_split2_kernel<1, 3, true, true>
+                     : decode_split2_kernel<1, 2, false, true>;
+    return plan.sa ? decode_split2_kernel<2, 3, true, true>
+                   : decode_split2_kernel<2, 2, false, true>;
+  }
+  if (plan.sa) return D == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>;
+  if (D == 64) return three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>;
+  return three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>;
+}
