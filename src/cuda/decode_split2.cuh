@@ -27,20 +27,19 @@ constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 // key's 16-byte pieces are stored swapped by halves (split2_apiece): the two keys of a
 // quarter-warp's 16-byte accesses then fall in disjoint banks. (Rows padded to 192 bytes did the
 // same and cost 8 KB: at G 8 three blocks per SM did not fit.)
-__host__ __device__ constexpr int split2_arow(int D) { return D; }
 // Where piece p (16 bytes) of key kq's plane A sits in its row.
 __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
   return D == 128 ? p ^ ((kq & 1) << 2) : p;
 }
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
-  return (sa ? static_cast<size_t>(kStep2) * split2_arow(D) : 0)  // plane A of a step (SA)
-         + static_cast<size_t>(kStep2) * pv_vrow(D, true)         // value stage, one row per key
-         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4          // N's slices (one row block)
-         + 2u * G * kWS2 * 4                                      // weights w, pe
-         + 8u * kWRow2 * 2                                        // operand weights [8][kWRow2]
-         + 8u * 2 * D                                             // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4;                         // per-row values, page cuts
+  return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
+         + static_cast<size_t>(kStep2) * pv_vrow(D, true)  // value stage, one row per key
+         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4   // N's slices (one row block)
+         + 2u * G * kWS2 * 4                               // weights w, pe
+         + 8u * kWRow2 * 2                                 // operand weights [8][kWRow2]
+         + 8u * 2 * D                                      // q planes (MMA A fragments)
+         + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
 }
 
 // A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
@@ -121,7 +120,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
-  constexpr int AR = split2_arow(D);
   unsigned char *abuf = reinterpret_cast<unsigned char *>(f + (8 + kPagesPerSplit) * G);  // SA
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
@@ -165,7 +163,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // SA: plane A of key kq of the half at jh into abuf row 64 h + kq (zeros past the split).
   // Each thread writes and later reads only its own quarter's bytes: no barrier between.
   auto load_a_async = [&](int32_t jh, int h) {
-    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * AR;
+    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * D;
     if (kq < s1 - jh) {
       const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
 #pragma unroll
@@ -233,7 +231,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
         for (int i = 0; i < NP; ++i)
           ka[h][i] =
-              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * AR +
+              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * D +
                                               16 * split2_apiece(D, kq, u + 4 * i));
     }
     // Coarse dots of both halves. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes
