@@ -969,6 +969,28 @@ __device__ __forceinline__ void coarse_dots(const uint4 *qfrag, int rb, int lane
   }
 }
 
+// A key's weight for row r at index e of w / pe (both screened splits, in the CPU reference's
+// arithmetic): a live key's 2^(ell - Z), with ell the fine logit when refined (the integer dots
+// ca / cb of the lane's key j, the multiplier from the row's and key's scales) else the coarse
+// one already in w[e], rounded to the value operand into w[e] and kept unrounded in pe[e]; a cut
+// key's 2^(s_A - Z) into w[e]. Returns the value operand (zero for a cut key).
+__device__ __forceinline__ float key_weight(bool live, bool refined, const int32_t *ca,
+                                            const int32_t *cb, int j, float sq, float sk, int shift,
+                                            float z, bool pf16, float *w, float *pe, int e) {
+  if (!live) {
+    w[e] = exp2_fp(sub_rn(w[e], z));
+    return 0.0f;
+  }
+  const float ell =
+      refined ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j], logit_multiplier(sq, sk, shift))
+              : w[e];
+  const float pex = exp2_fp(sub_rn(ell, z));
+  const float pw = round_operand(pex, pf16);
+  pe[e] = pex;
+  w[e] = pw;
+  return pw;
+}
+
 // Value formats of the stage rows: bf16 / fp16 V (2 D bytes), or v8 planes A | B (D + D).
 enum ValueFormat { kVBf16 = 0, kVF16 = 1, kVV8 = 2 };
 
@@ -1386,19 +1408,9 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
           const int e = r * WS + 8 * warp + 2 * mt + j;
-          if (mlive[j]) {
-            const float ell = mref[j] ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
-                                                   logit_multiplier(sq[r], skj[j], 16 + log2d))
-                                      : w[e];
-            const float pex = exp2_fp(sub_rn(ell, zr[r]));
-            const float pw = round_operand(pex, pf16);
-            pe[e] = pex;
-            w[e] = pw;
-            opw[j] = pw;
-            if (!MMA) wt[(8 * warp + 2 * mt + j) * RS + r] = pw;
-          } else {
-            w[e] = exp2_fp(sub_rn(w[e], zr[r]));
-          }
+          opw[j] = key_weight(mlive[j], mref[j], ca, cb, j, sq[r], skj[j], 16 + log2d, zr[r], pf16,
+                              w, pe, e);
+          if (!MMA && mlive[j]) wt[(8 * warp + 2 * mt + j) * RS + r] = opw[j];
         }
         if (MMA)
           reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =

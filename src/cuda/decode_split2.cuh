@@ -81,6 +81,28 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   return plan;
 }
 
+// The integer dots of the q planes against both halves' keys k[0], k[1] (plane A or B), into the
+// lane's slots. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes g >= 4 take half 1's from
+// lane - 16 (same t, row g - 4). WIDE: both kept, slot h = half h.
+template <int NP, bool WIDE>
+__device__ __forceinline__ void split2_dots(const uint4 *qfrag, int lane, int hs,
+                                            const int4 (&k)[2][NP],
+                                            int32_t (&out)[WIDE ? 2 : 1][4]) {
+  int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+  coarse_dots<NP>(qfrag, 0, lane, k[0], c0);
+  coarse_dots<NP>(qfrag, 0, lane, k[1], c1);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (WIDE) {
+      out[0][i] = c0[i];
+      out[1][i] = c1[i];
+    } else {
+      const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
+      out[0][i] = hs == 0 ? c0[i] : x;
+    }
+  }
+}
+
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work.
@@ -234,24 +256,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
               *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * D +
                                               16 * split2_apiece(D, kq, u + 4 * i));
     }
-    // Coarse dots of both halves. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes
-    // g >= 4 take half 1's from lane - 16 (same t, row g - 4). WIDE: both kept.
+    // Coarse dots of both halves (split2_dots).
     int32_t ca[NSL][4];
-    {
-      int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
-      coarse_dots<NP>(qfrag, 0, lane, ka[0], c0);
-      coarse_dots<NP>(qfrag, 0, lane, ka[1], c1);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (WIDE) {
-          ca[0][i] = c0[i];
-          ca[NSL - 1][i] = c1[i];
-        } else {
-          const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
-          ca[0][i] = hs == 0 ? c0[i] : x;
-        }
-      }
-    }
+    split2_dots<NP, WIDE>(qfrag, lane, hs, ka, ca);
     int vbits[NSL];  // per slot: keys 2t (bits 0-1), 2t + 1 (bits 3-4); OR over rows
 #pragma unroll
     for (int sl = 0; sl < NSL; ++sl) {
@@ -348,19 +355,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           }
         }
       }
-      int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
-      coarse_dots<NP>(qfrag, 0, lane, kb[0], c0);  // q planes x key plane B
-      coarse_dots<NP>(qfrag, 0, lane, kb[1], c1);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (WIDE) {
-          cb[0][i] = c0[i];
-          cb[NSL - 1][i] = c1[i];
-        } else {
-          const int32_t x = __shfl_xor_sync(0xffffffffu, c1[i], 16);
-          cb[0][i] = hs == 0 ? c0[i] : x;
-        }
-      }
+      split2_dots<NP, WIDE>(qfrag, lane, hs, kb, cb);  // q planes x key plane B
     }
     if (rv) {
 #pragma unroll
@@ -373,18 +368,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           const bool mref = (bits & 2) != 0 && mlive;
           if (!mpres[sl][j]) continue;
           const int e = r * kWS2 + kl0(sl) + j;
-          if (mlive) {
-            const float ell = mref ? fine_logit(ca[sl][j], ca[sl][2 + j], cb[sl][j], cb[sl][2 + j],
-                                                logit_multiplier(sq[r], skj[sl][j], 16 + log2d))
-                                   : w[e];
-            const float pex = exp2_fp(sub_rn(ell, zr[r]));
-            const float pw = round_operand(pex, pf16);
-            pe[e] = pex;
-            w[e] = pw;
-            opw[j] = pw;
-          } else {
-            w[e] = exp2_fp(sub_rn(w[e], zr[r]));
-          }
+          opw[j] = key_weight(mlive, mref, ca[sl], cb[sl], j, sq[r], skj[sl][j], 16 + log2d, zr[r],
+                              pf16, w, pe, e);
         }
         reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
             pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
