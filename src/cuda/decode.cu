@@ -790,7 +790,8 @@ __host__ __device__ inline size_t split_smem_bytes(int G, int D, bool mma) {
          + 2u * G * kWS * 4                             // weights w, pe
          + static_cast<size_t>(kChunk) * 8 * nrb * 4    // weights, transposed
          + nrb * 8 * 2 * D                              // q planes (MMA A)
-         + (8u + kPagesPerSplit) * G * 4;               // per-row values, page cut masses
+         + (8u + kPagesPerSplit) * G * 4                // per-row values, page cut masses
+         + 3u * 8 * 8 * nrb * 4;                        // warp sums (MMA)
 }
 
 // The producer's wait for a free stage, with a pause between probes: the producer is ahead by
@@ -969,26 +970,27 @@ __device__ __forceinline__ void coarse_dots(const uint4 *qfrag, int rb, int lane
   }
 }
 
-// A key's weight for row r at index e of w / pe (both screened splits, in the CPU reference's
-// arithmetic): a live key's 2^(ell - Z), with ell the fine logit when refined (the integer dots
-// ca / cb of the lane's key j, the multiplier from the row's and key's scales) else the coarse
-// one already in w[e], rounded to the value operand into w[e] and kept unrounded in pe[e]; a cut
-// key's 2^(s_A - Z) into w[e]. Returns the value operand (zero for a cut key).
-__device__ __forceinline__ float key_weight(bool live, bool refined, const int32_t *ca,
-                                            const int32_t *cb, int j, float sq, float sk, int shift,
-                                            float z, bool pf16, float *w, float *pe, int e) {
+// A key's weight for one row (both screened splits, in the CPU reference's arithmetic): a live
+// key's 2^(ell - Z), with ell the fine logit when refined (the integer dots ca / cb of the lane's
+// key j, the multiplier from the row's and key's scales) else the coarse one, s_A; pw is it rounded
+// to the value operand. A cut key's 2^(s_A - Z) is its cut mass.
+struct KeyWeight {
+  float pw = 0.0f, pex = 0.0f, cut = 0.0f;  // live: value operand, unrounded; cut: mass
+};
+__device__ __forceinline__ KeyWeight key_weight(bool live, bool refined, const int32_t *ca,
+                                                const int32_t *cb, int j, float sq, float sk,
+                                                int shift, float z, bool pf16, float s_a) {
+  KeyWeight k;
   if (!live) {
-    w[e] = exp2_fp(sub_rn(w[e], z));
-    return 0.0f;
+    k.cut = exp2_fp(sub_rn(s_a, z));
+    return k;
   }
   const float ell =
       refined ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j], logit_multiplier(sq, sk, shift))
-              : w[e];
-  const float pex = exp2_fp(sub_rn(ell, z));
-  const float pw = round_operand(pex, pf16);
-  pe[e] = pex;
-  w[e] = pw;
-  return pw;
+              : s_a;
+  k.pex = exp2_fp(sub_rn(ell, z));
+  k.pw = round_operand(k.pex, pf16);
+  return k;
 }
 
 // Value formats of the stage rows: bf16 / fp16 V (2 D bytes), or v8 planes A | B (D + D).
@@ -1129,6 +1131,25 @@ __device__ __forceinline__ void for_each_pv_part(int warp, int lane, int NS, int
   }
 }
 
+// The row sums of the tensor-core paths (split_item with MMA, split2): T, T_lse and the cut mass
+// of a 64-key chunk as a fixed tree, not key by key. Lane (g, t) of warp w holds keys 8 w + 2 t
+// and 8 w + 2 t + 1 of the chunk for its row: their pair, then the four lanes' butterfly (xor 1,
+// xor 2) gives the warp's 8-key sum; the chunk's sum is the eight warps' sums as a balanced tree
+// (warp_tree8), and the running sums add the chunks in key order. (A serial sum of 64 keys per
+// chunk, by one thread per row, held the rest of the block at the end-of-chunk barrier: notes/
+// decode.md section 22.) The CPU reference and the v8 path keep the serial order; the sums differ
+// from theirs only in fp32 rounding, and every GPU path of a request uses this one, so its bits
+// still do not depend on the batch.
+__device__ __forceinline__ float quad_sum(float x) {
+  x = add_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return add_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+// x[0], x[st], ..., x[7 st]: ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)).
+__device__ __forceinline__ float warp_tree8(const float *x, int st) {
+  return add_rn(add_rn(add_rn(x[0], x[st]), add_rn(x[2 * st], x[3 * st])),
+                add_rn(add_rn(x[4 * st], x[5 * st]), add_rn(x[6 * st], x[7 * st])));
+}
+
 // Split s of group (b, hk), 256 threads, D = 64 NP (decode_split_kernel's item). Pass 0: every
 // group; pass 1: only the groups the guard flagged. MMA (bf16 / fp16 V): the value product on the
 // tensor cores (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8)
@@ -1172,6 +1193,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   float *f = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G, *thr_vref = f + 4 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  float *wsum = page_cut + kPagesPerSplit * G;  // MMA: [T, T_lse, cut][warp][RS], a chunk's
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   // Lane (g, t) of slice s = 2 i + h feeds the key bytes at 16 (t + 4 i) + 8 h (b0) and + 4
@@ -1402,19 +1424,41 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
       if (any_refine) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
       const int r = 8 * rb + mg;
+      float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};  // MMA sums
       if (r < G) {
         float opw[2] = {0.0f, 0.0f};  // the value operands (zero without a live bit)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!mpres[j]) continue;
           const int e = r * WS + 8 * warp + 2 * mt + j;
-          opw[j] = key_weight(mlive[j], mref[j], ca, cb, j, sq[r], skj[j], 16 + log2d, zr[r], pf16,
-                              w, pe, e);
-          if (!MMA && mlive[j]) wt[(8 * warp + 2 * mt + j) * RS + r] = opw[j];
+          const KeyWeight kw = key_weight(mlive[j], mref[j], ca, cb, j, sq[r], skj[j], 16 + log2d,
+                                          zr[r], pf16, w[e]);
+          opw[j] = kw.pw;
+          if (MMA) {
+            vt[j] = kw.pw;
+            vtl[j] = kw.pex;
+            vc[j] = kw.cut;
+          } else if (mlive[j]) {
+            pe[e] = kw.pex;
+            w[e] = kw.pw;
+            wt[(8 * warp + 2 * mt + j) * RS + r] = kw.pw;
+          } else {
+            w[e] = kw.cut;
+          }
         }
         if (MMA)
           reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
               pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
+      }
+      if constexpr (MMA) {  // this warp's 8-key sums of row r (see quad_sum)
+        const float st = quad_sum(add_rn(vt[0], vt[1]));
+        const float stl = quad_sum(add_rn(vtl[0], vtl[1]));
+        const float sc = quad_sum(add_rn(vc[0], vc[1]));
+        if (mt == 0 && r < G) {
+          wsum[(0 * 8 + warp) * RS + r] = st;
+          wsum[(1 * 8 + warp) * RS + r] = stl;
+          wsum[(2 * 8 + warp) * RS + r] = sc;
+        }
       }
     }
     if (MMA && dense && nk < kChunk) {
@@ -1446,7 +1490,14 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     }
     if (new_page) page_has_cut = false;
     page_has_cut = page_has_cut || chunk_cut;
-    {
+    if constexpr (MMA) {
+      // The chunk's sums: the eight warps' (quad_sum), as a tree.
+      for (int g = g_first; g < G; g += kThreads) {
+        ts[g] = add_rn(ts[g], warp_tree8(wsum + g, RS));
+        tlse[g] = add_rn(tlse[g], warp_tree8(wsum + 8 * RS + g, RS));
+        cut[g] = add_rn(cut[g], warp_tree8(wsum + 16 * RS + g, RS));
+      }
+    } else {
       // Keys in index order, live to T and T_lse, cut to the cut mass, by the block's last
       // threads, float4 loads from the padded rows, liveness from the chunk's mask.
       for (int g = g_first; g < G; g += kThreads) {

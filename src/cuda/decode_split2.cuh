@@ -13,11 +13,12 @@
 //
 // Same arithmetic and orders as split_item's screened MMA path, so the same bits: the same
 // integer dots (the fine logit's key-plane-A dots are the coarse ones), the same per-(row, key)
-// functions, the row sums and page flushes per 64-key half in key order, the value product per
-// half with the same k steps into the same N slices. Pass 0 only (pass 1 runs split_item).
+// functions, the row sums per 64-key half as split_item's per chunk (quad_sum, warp_tree8) and
+// the page flushes in key order, the value product per half with the same k steps into the same
+// N slices. Pass 0 only (pass 1 runs split_item).
 
 constexpr int kStep2 = 2 * kChunk;  // keys per step
-constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w, pe (float4 rows, distinct banks)
+constexpr int kWS2 = kStep2 + 4;    // row stride (floats) of w
 constexpr int kWRow2 = kStep2 + 8;  // operand weight row (16-bit elements)
 
 // SA (split2_plan): plane A of a step in shared memory, filled by cp.async one step ahead,
@@ -36,7 +37,8 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
          + static_cast<size_t>(kStep2) * pv_vrow(D, true)  // value stage, one row per key
          + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4   // N's slices (one row block)
-         + 2u * G * kWS2 * 4                               // weights w, pe
+         + static_cast<size_t>(G) * kWS2 * 4               // coarse logits w
+         + 2u * 3 * 8 * 8 * 4                              // warp sums [half][3][warp][8]
          + 8u * kWRow2 * 2                                 // operand weights [8][kWRow2]
          + 8u * 2 * D                                      // q planes (MMA A fragments)
          + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
@@ -135,9 +137,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   unsigned char *stage = smem;                                                      // [128][VR]
   float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
   constexpr int nsz = pv_kparts(D) * RS * D;
-  float *w = ns + nsz;       // [G][kWS2]: coarse logits, then weights
-  float *pe = w + G * kWS2;  // [G][kWS2]: live keys' unrounded weights
-  uint16_t *wop = reinterpret_cast<uint16_t *>(pe + G * kWS2);  // [RS][kWRow2]
+  float *w = ns + nsz;         // [G][kWS2]: coarse logits
+  float *wsum = w + G * kWS2;  // [half][T, T_lse, cut][warp][8]: a step's 8-key sums (quad_sum)
+  uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * 8);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
   float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
@@ -357,9 +359,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
       split2_dots<NP, WIDE>(qfrag, lane, hs, kb, cb);  // q planes x key plane B
     }
-    if (rv) {
 #pragma unroll
-      for (int sl = 0; sl < NSL; ++sl) {
+    for (int sl = 0; sl < NSL; ++sl) {
+      float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};
+      if (rv) {
         float opw[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -367,12 +370,25 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           const bool mlive = (bits & 1) != 0 && mpres[sl][j];
           const bool mref = (bits & 2) != 0 && mlive;
           if (!mpres[sl][j]) continue;
-          const int e = r * kWS2 + kl0(sl) + j;
-          opw[j] = key_weight(mlive, mref, ca[sl], cb[sl], j, sq[r], skj[sl][j], 16 + log2d, zr[r],
-                              pf16, w, pe, e);
+          const KeyWeight kw = key_weight(mlive, mref, ca[sl], cb[sl], j, sq[r], skj[sl][j],
+                                          16 + log2d, zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
+          vt[j] = kw.pw;
+          vtl[j] = kw.pex;
+          vc[j] = kw.cut;
+          opw[j] = kw.pw;
         }
         reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
             pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
+      }
+      // This warp's 8-key sums of row r in half hh(sl), as split_item's (quad_sum).
+      const float st = quad_sum(add_rn(vt[0], vt[1]));
+      const float stl = quad_sum(add_rn(vtl[0], vtl[1]));
+      const float sc = quad_sum(add_rn(vc[0], vc[1]));
+      if (mt == 0 && rv) {
+        float *ws8 = wsum + hh(sl) * 3 * 64 + 8 * warp + r;
+        ws8[0] = st;
+        ws8[64] = stl;
+        ws8[128] = sc;
       }
     }
     // The gathers (SA: all but the newest group, the next step's plane A).
@@ -403,38 +419,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       if (new_page) page_has_cut = false;
       page_has_cut = page_has_cut || chunk_cut;
       for (int g = g_first; g < G; g += kThreads) {
-        float t = ts[g], tl = tlse[g], cu = cut[g];
-        const float4 *w4 = reinterpret_cast<const float4 *>(w + g * kWS2 + kChunk * h);
-        const float4 *p4 = reinterpret_cast<const float4 *>(pe + g * kWS2 + kChunk * h);
-        const float *w1 = w + g * kWS2 + kChunk * h;
-        const float *p1 = pe + g * kWS2 + kChunk * h;
-        const int nk4 = nk & ~3;
-#pragma unroll 2
-        for (int k = 0; k < nk4; k += 4) {
-          const float4 wv = w4[k / 4], pv = p4[k / 4];
-          const unsigned int lm = static_cast<unsigned int>(live_mask >> k) & 15u;
-          const float wa[4] = {wv.x, wv.y, wv.z, wv.w}, pa4[4] = {pv.x, pv.y, pv.z, pv.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            if ((lm >> i) & 1u) {
-              t = add_rn(t, wa[i]);
-              tl = add_rn(tl, pa4[i]);
-            } else {
-              cu = add_rn(cu, wa[i]);
-            }
-          }
-        }
-        for (int k = nk4; k < nk; ++k) {
-          if ((live_mask >> k) & 1ull) {
-            t = add_rn(t, w1[k]);
-            tl = add_rn(tl, p1[k]);
-          } else {
-            cu = add_rn(cu, w1[k]);
-          }
-        }
-        ts[g] = t;
-        tlse[g] = tl;
-        cut[g] = cu;
+        const float *ws8 = wsum + h * 3 * 64 + g;
+        ts[g] = add_rn(ts[g], warp_tree8(ws8, 8));
+        tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 64, 8));
+        cut[g] = add_rn(cut[g], warp_tree8(ws8 + 128, 8));
       }
       const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
       if (pf16)

@@ -89,8 +89,8 @@ def _assert_same_cache(cpu, gpu):
 
 def _tensor_core_path(v8):
     # Caches with bf16 / fp16 V (every split kernel but the v8 one) compute the same weight
-    # bits as the CPU reference but sum N in fp32 in another order (mma on the tensor cores;
-    # the dense ring kernel also sums T over a tree of each chunk's keys): the output matches
+    # bits as the CPU reference but sum N in fp32 in another order (mma on the tensor cores)
+    # and T, T_lse and the cut mass over a tree of each chunk's keys: the output matches
     # within one output rounding, not bit for bit. v8 caches keep the reference's orders.
     return not v8
 
