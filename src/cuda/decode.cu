@@ -1167,6 +1167,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined, v-refined
   __shared__ float s_e4m3[256];                 // v8: e4m3_to_float of every byte
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];      // cache row of each chunk
+  __shared__ uint32_t s_newpage;                          // bit i: chunk i starts a page
   __shared__ __align__(16) uint16_t s_scale[kSplitKeys];  // the split's key scales (bf16 bits)
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -1236,6 +1237,18 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   // (one page-table lookup and division per chunk, not one per use and thread).
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  // Bit i: chunk i (i >= 1) starts a page (page sizes are multiples of 64): one thread's
+  // divisions here instead of every thread's per chunk.
+  static_assert(kSplitKeys / kChunk <= 32, "s_newpage holds a bit per chunk");
+  if (tid == 0) {
+    uint32_t m = 0u;
+    int x = s0 % P;  // (s0 + 64 i) mod P, one division: P is a multiple of 64
+    for (int i = 1; i < nchunks; ++i) {
+      x = x + kChunk == P ? 0 : x + kChunk;
+      m |= (x == 0 ? 1u : 0u) << i;
+    }
+    s_newpage = m;
+  }
   auto chunk_row = [&](int32_t j0) {
     return j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
   };
@@ -1376,8 +1389,8 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
-      // chunk, then start the next chunk's plane A.
-      const int64_t r = chunk_row(j0) + kq;
+      // chunk, then start the next chunk's plane A. (After the first barrier: s_rowbase.)
+      const int64_t r = s_rowbase[(j0 - s0) / kChunk] + kq;
       if (refine) {
         const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + r * D);
 #pragma unroll
@@ -1477,7 +1490,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8) != 0;
     // T, T_lse and the cut mass: thread per row, keys in index order; a page's cut mass
     // goes out when the next page starts.
-    const bool new_page = j0 > s0 && j0 % P == 0;
+    const bool new_page = ((s_newpage >> ((j0 - s0) / kChunk)) & 1u) != 0;
     // Row g's sums (cut included) belong to one thread, kThreads - 1 - g.
     const int g_first = kThreads - 1 - tid;
     if (new_page && page_has_cut) {

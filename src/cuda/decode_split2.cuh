@@ -120,6 +120,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   __shared__ int32_t s_page_last[kPagesPerSplit];
   __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
+  __shared__ uint32_t s_newpage;  // bit i: half i of the split starts a page
   __shared__ __align__(16) uint16_t s_scale[kSplitKeys];
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
@@ -134,17 +135,19 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   const int hs = WIDE ? 0 : mg >> 2, r = WIDE ? mg : mg & 3;
   constexpr int NSL = WIDE ? 2 : 1;  // (half, two keys) slots per lane
   const bool pf16 = c.dtype == FOLD_DTYPE_F16;
-  unsigned char *stage = smem;                                                      // [128][VR]
+  // Layout: every part whose size depends on G last, so that the others sit at compile-time
+  // offsets (their addresses were being recomputed under the register bound).
+  unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
+  unsigned char *stage = abuf + (SA ? static_cast<size_t>(kStep2) * D : 0);         // [128][VR]
   float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
   constexpr int nsz = pv_kparts(D) * RS * D;
-  float *w = ns + nsz;         // [G][kWS2]: coarse logits
-  float *wsum = w + G * kWS2;  // [half][T, T_lse, cut][warp][8]: a step's 8-key sums (quad_sum)
+  float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][8]: a step's 8-key sums (quad_sum)
   uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * 8);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
-  float *f = reinterpret_cast<float *>(qfrag + 2 * NP * 32);
+  float *w = reinterpret_cast<float *>(qfrag + 2 * NP * 32);  // [G][kWS2]: coarse logits
+  float *f = w + G * kWS2;
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
-  unsigned char *abuf = reinterpret_cast<unsigned char *>(f + (8 + kPagesPerSplit) * G);  // SA
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   load_q_fragments<NP>(qfrag, ws, row0, G, 1, tid);
@@ -167,10 +170,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
-  // The cache row of the 64-key half at jh (before the first barrier, s0's directly).
-  auto half_row = [&](int32_t jh) {
-    return jh > s0 ? s_rowbase[(jh - s0) / kChunk] : key_row(c, b, hk, jh);
-  };
+  static_assert(kSplitKeys / kChunk <= 32, "s_newpage holds a bit per half");
+  // Bit i: half i (i >= 1) starts a page. Page sizes are multiples of 64, so pages start only at
+  // halves; one thread's divisions here instead of every thread's per half.
+  if (tid == 0) {
+    uint32_t m = 0u;
+    int x = s0 % P;  // (s0 + 64 i) mod P, one division: P is a multiple of 64
+    for (int i = 1; i < nhalves; ++i) {
+      x = x + kChunk == P ? 0 : x + kChunk;
+      m |= (x == 0 ? 1u : 0u) << i;
+    }
+    s_newpage = m;
+  }
+  // The cache row of the 64-key half at jh, from s_rowbase (after the first barrier).
+  auto half_row = [&](int32_t jh) { return s_rowbase[(jh - s0) / kChunk]; };
   // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split). Before
   // the first barrier (`direct`) the row comes from the page table, not s_rowbase.
   auto load_a = [&](int32_t jh, int4 *a, bool direct) {
@@ -211,7 +224,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
   cp_async_commit();
   if constexpr (SA) {
-    __syncthreads();  // s_rowbase (load_a_async reads it through half_row)
+    __syncthreads();  // s_rowbase (load_a_async reads it through half_row), s_newpage
     load_a_async(s0, 0);
     load_a_async(s0 + kChunk, 1);
     cp_async_commit();
@@ -407,7 +420,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const int32_t jh = j0 + kChunk * h;
       const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8 + 8 * h);
       const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8 + 8 * h) != 0;
-      const bool new_page = jh > s0 && jh % P == 0;
+      const bool new_page = ((s_newpage >> ((jh - s0) / kChunk)) & 1u) != 0;
       if (new_page && page_has_cut) {
         for (int g = g_first; g < G; g += kThreads) {
           page_cut[n_pages * G + g] = cut[g];
