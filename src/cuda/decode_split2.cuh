@@ -161,7 +161,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
-  for (int e = tid; e < nsz; e += kThreads) ns[e] = 0.0f;
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
   // A warp counts at most 8 keys per half and step: its bytes in s_wcount never carry.
@@ -235,6 +234,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   cp_async_wait<0>();
   __syncthreads();
 
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this warp's N accumulators (pv_mma_chunk_acc)
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -439,9 +439,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
       const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
       if (pf16)
-        pv_mma_chunk<D, true, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
+        pv_mma_chunk_acc<D, true, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
       else
-        pv_mma_chunk<D, false, kWRow2>(ns, wop + kChunk * h, stg, VR, 1, live_mask, warp, lane);
+        pv_mma_chunk_acc<D, false, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
     }
     if (!SA && more) {
 #pragma unroll
@@ -456,6 +456,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     if (tid == 0) s_page_last[n_pages] = s1 - 1;
     n_pages += 1;
   }
+  pv_acc_store<D>(ns, acc, RS, warp, lane);
   __syncthreads();
   // The split's partial, as split_item's.
   for (int e = tid; e < G * D; e += kThreads) {
