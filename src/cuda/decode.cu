@@ -787,11 +787,11 @@ __host__ __device__ inline size_t split_smem_bytes(int G, int D, bool mma) {
                               : static_cast<size_t>(fold::decode::pv_slices(G)) * G * D;
   return static_cast<size_t>(2) * 64 * pv_vrow(D, mma)  // value stages
          + n_slices * 4                                 // N's slices
-         + 2u * G * kWS * 4                             // weights w, pe
+         + (mma ? 1u : 2u) * G * kWS * 4                // w (coarse logits, weights); v8: pe
          + static_cast<size_t>(kChunk) * 8 * nrb * 4    // weights, transposed
          + nrb * 8 * 2 * D                              // q planes (MMA A)
          + (8u + kPagesPerSplit) * G * 4                // per-row values, page cut masses
-         + 3u * 8 * 8 * nrb * 4;                        // warp sums (MMA)
+         + (mma ? 3u * 8 * 8 * nrb * 4 : 0u);           // warp sums (MMA)
 }
 
 // The producer's wait for a free stage, with a pause between probes: the producer is ahead by
@@ -1223,7 +1223,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   float *ns = reinterpret_cast<float *>(stage + 2 * 64 * VR);  // N's slices:
   const int nsz = MMA ? pv_kparts(D) * RS * D : NS * G * D;    // [kpart][D][RS] | [NS][G][D]
   float *w = ns + nsz;
-  float *pe = w + G * WS;
+  float *pe = w + (MMA ? 0 : G * WS);  // v8 only (the MMA path sums by quad_sum / warp_tree8)
   float *wt = pe + G * WS;  // [64][RS]: the value operands, transposed (zero for rows >= G)
   // MMA: the operand weights' bits [RS][kWRow] in wt's place (zero for rows >= G and for keys
   // without a live bit).
