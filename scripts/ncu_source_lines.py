@@ -13,16 +13,15 @@ was built from, or read the file:line only.
 cuobjdump and nvdisasm come from PATH, or from the CUOBJDUMP / NVDISASM environment variables.
 """
 import collections
-import csv
 import glob
-import gzip
-import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from ncu_stalls import rows as ncu_rows  # the source page's table (scripts/)
 
 
 def tool(name):
@@ -58,15 +57,6 @@ def line_table(lib, kernel):
     raise SystemExit(f"no kernel matching {kernel!r} in {lib}")
 
 
-def source_rows(path):
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as raw:
-        lines = raw.read().splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"Address"')), None)
-    if start is None:
-        raise SystemExit(f"{path}: no SASS source table")
-    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
-
-
 def main():
     if len(sys.argv) < 4:
         raise SystemExit(__doc__)
@@ -74,7 +64,7 @@ def main():
     top = int(sys.argv[4]) if len(sys.argv) > 4 else 40
     keys = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     table = line_table(lib, kernel)
-    rows = source_rows(src)
+    rows = ncu_rows(src)
     base = int(rows[0]["Address"], 16)
     inst, samples = collections.Counter(), collections.Counter()
     unmapped = 0
