@@ -850,6 +850,19 @@ constexpr int kWRow = kChunk + 8;  // operand weight row (16-bit elements): 144 
 // accumulators live in its own N slice ns [kpart][d][RS] (a fixed order: per slice, chunks in
 // order; per chunk, the hardware's sum of fixed k steps). A = V^T by ldmatrix.trans of the
 // stage rows (VR bytes apart), B = the operand weights wop [RS][kWRow].
+// The lane's ldmatrix addresses of the value product: A = V^T from the stage rows (VR bytes
+// apart), B = the operand weights (rows of WROW 16-bit elements); add k0 * VR + 32 m tile and
+// 2 (8 nb WROW + k0).
+__device__ __forceinline__ uint32_t pv_a_base(const unsigned char *sv, int VR, int lane) {
+  return hopper::smem_u32(sv) +
+         static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR + 16 * ((lane >> 3) & 1));
+}
+template <int WROW>
+__device__ __forceinline__ uint32_t pv_b_base(const uint16_t *wop, int lane) {
+  return hopper::smem_u32(wop) +
+         static_cast<uint32_t>(((lane & 7) * WROW + 8 * ((lane >> 3) & 1)) * 2);
+}
+
 template <int D, bool F16, int WROW = kWRow>
 __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
                                              const unsigned char *sv, int VR, int nrb,
@@ -858,11 +871,7 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
   constexpr int MPW = MT >= 8 ? MT / 8 : 1;  // m tiles per warp
   const int RS = 8 * nrb, kpart = MT >= 8 ? 0 : warp / MT;
   const int mg = lane >> 2, mt = lane & 3;
-  const uint32_t sv_a =
-      hopper::smem_u32(sv) +
-      static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR + 16 * ((lane >> 3) & 1));
-  const uint32_t b_base = hopper::smem_u32(wop) +
-                          static_cast<uint32_t>(((lane & 7) * WROW + 8 * ((lane >> 3) & 1)) * 2);
+  const uint32_t sv_a = pv_a_base(sv, VR, lane), b_base = pv_b_base<WROW>(wop, lane);
 #pragma unroll
   for (int mi = 0; mi < MPW; ++mi) {
     const int mtile = MT >= 8 ? warp + 8 * mi : warp % MT;
@@ -909,11 +918,7 @@ __device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[4], const uint16_t *
   constexpr int MT = D / 16, KP = pv_kparts(D);
   static_assert(MT <= 8, "one m tile per warp");
   const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
-  const uint32_t sv_a =
-      hopper::smem_u32(sv) +
-      static_cast<uint32_t>(((lane >> 4) * 8 + (lane & 7)) * VR + 16 * ((lane >> 3) & 1));
-  const uint32_t b_base = hopper::smem_u32(wop) +
-                          static_cast<uint32_t>(((lane & 7) * WROW + 8 * ((lane >> 3) & 1)) * 2);
+  const uint32_t sv_a = pv_a_base(sv, VR, lane), b_base = pv_b_base<WROW>(wop, lane);
 #pragma unroll
   for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
     const int k0 = kpart * (kChunk / KP) + 16 * kk;
