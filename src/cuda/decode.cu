@@ -906,13 +906,13 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
   }
 }
 
-// pv_mma_chunk with one row block and one m tile per warp (split2: G <= 8, D 64 / 128), the
+// pv_mma_chunk with one m tile per warp and NB row blocks (split2: G <= 16, D 64 / 128), the
 // warp's accumulators in registers for the whole split instead of loaded from and stored to its
 // N slice per chunk (their address arithmetic and the loads' latency before each chunk's first
 // mma were ~5% of split2's instructions). The same mma's in the same order from the same 0.0f,
 // so the same bits; pv_acc_store writes them to the slice pv_mma_chunk would have left.
-template <int D, bool F16, int WROW>
-__device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[4], const uint16_t *wop,
+template <int D, bool F16, int WROW, int NB>
+__device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[NB][4], const uint16_t *wop,
                                                  const unsigned char *sv, int VR,
                                                  uint64_t live_mask, int warp, int lane) {
   constexpr int MT = D / 16, KP = pv_kparts(D);
@@ -923,22 +923,30 @@ __device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[4], const uint16_t *
   for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
     const int k0 = kpart * (kChunk / KP) + 16 * kk;
     if (((live_mask >> k0) & 0xffffull) == 0) continue;
-    uint32_t a[4], bw[2];
+    uint32_t a[4];
     ldsm_x4_trans(a, sv_a + static_cast<uint32_t>(k0 * VR + 32 * mtile));
-    ldsm_x2(bw, b_base + static_cast<uint32_t>(k0 * 2));
-    mma_16<F16>(c, a, bw[0], bw[1]);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {  // (each accumulator's k steps in the same order)
+      uint32_t bw[2];
+      ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + k0) * 2));
+      mma_16<F16>(c[nb], a, bw[0], bw[1]);
+    }
   }
 }
 // The accumulators of pv_mma_chunk_acc into the warp's N slice ns [kpart][d][RS].
-template <int D>
-__device__ __forceinline__ void pv_acc_store(float *ns, const float (&c)[4], int RS, int warp,
+template <int D, int NB>
+__device__ __forceinline__ void pv_acc_store(float *ns, const float (&c)[NB][4], int RS, int warp,
                                              int lane) {
   constexpr int MT = D / 16;
   const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
   const int mg = lane >> 2, mt = lane & 3;
   float *nsl = ns + static_cast<size_t>(kpart) * D * RS;
-  *reinterpret_cast<float2 *>(nsl + (16 * mtile + mg) * RS + 2 * mt) = make_float2(c[0], c[1]);
-  *reinterpret_cast<float2 *>(nsl + (16 * mtile + mg + 8) * RS + 2 * mt) = make_float2(c[2], c[3]);
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    float *c01 = nsl + (16 * mtile + mg) * RS + 8 * nb + 2 * mt;
+    *reinterpret_cast<float2 *>(c01) = make_float2(c[nb][0], c[nb][1]);
+    *reinterpret_cast<float2 *>(c01 + 8 * RS) = make_float2(c[nb][2], c[nb][3]);
+  }
 }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {

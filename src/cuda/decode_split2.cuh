@@ -1,6 +1,6 @@
 // The screened split with two key halves per thread, for groups of G <= 4 rows (G 5-8: WIDE,
-// below). Included by decode.cu inside its anonymous namespace, after split_item and
-// load_q_fragments.
+// below; G 9-16: WIDE with two row blocks). Included by decode.cu inside its anonymous namespace,
+// after split_item and load_q_fragments.
 //
 // Why: the screened split_item is instruction-bound (notes/decode.md section 20): 815 warp
 // instructions per 64-key chunk, most of them per-warp overhead, and at G <= 4 half of every
@@ -34,13 +34,14 @@ __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
 }
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
+  const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
          + static_cast<size_t>(kStep2) * pv_vrow(D, true)  // value stage, one row per key
-         + static_cast<size_t>(pv_kparts(D)) * 8 * D * 4   // N's slices (one row block)
+         + static_cast<size_t>(pv_kparts(D)) * rs * D * 4  // N's slices
          + static_cast<size_t>(G) * kWS2 * 4               // coarse logits w
-         + 2u * 3 * 8 * 8 * 4                              // warp sums [half][3][warp][8]
-         + 8u * kWRow2 * 2                                 // operand weights [8][kWRow2]
-         + 8u * 2 * D                                      // q planes (MMA A fragments)
+         + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
+         + rs * kWRow2 * 2                                 // operand weights [rs][kWRow2]
+         + rs * 2 * D                                      // q planes (MMA A fragments)
          + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
 }
 
@@ -75,24 +76,26 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
   if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
   const int G = p.n_heads / c.n_kv_heads;
-  if (G > 8) return plan;
+  if (G > 16) return plan;
   if (G > 4 && env_tristate("FOLD_DECODE_SPLIT2_WIDE") == 0) return plan;
+  if (G > 8 && env_tristate("FOLD_DECODE_SPLIT2_G16") == 0) return plan;
   plan.on = true;
   const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
-  plan.sa = sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128));
+  // (Two row blocks, G 9-16: registers only, two blocks per SM.)
+  plan.sa = G <= 8 && (sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128)));
   return plan;
 }
 
-// The integer dots of the q planes against both halves' keys k[0], k[1] (plane A or B), into the
-// lane's slots. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes g >= 4 take half 1's from
-// lane - 16 (same t, row g - 4). WIDE: both kept, slot h = half h.
+// The integer dots of row block rb's q planes against both halves' keys k[0], k[1] (plane A or B),
+// into the lane's slots. G <= 4: the exchange, lanes g < 4 keep half 0's, lanes g >= 4 take half
+// 1's from lane - 16 (same t, row g - 4). WIDE: both kept, slot h = half h.
 template <int NP, bool WIDE>
-__device__ __forceinline__ void split2_dots(const uint4 *qfrag, int lane, int hs,
+__device__ __forceinline__ void split2_dots(const uint4 *qfrag, int rb, int lane, int hs,
                                             const int4 (&k)[2][NP],
                                             int32_t (&out)[WIDE ? 2 : 1][4]) {
   int32_t c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
-  coarse_dots<NP>(qfrag, 0, lane, k[0], c0);
-  coarse_dots<NP>(qfrag, 0, lane, k[1], c1);
+  coarse_dots<NP>(qfrag, rb, lane, k[0], c0);
+  coarse_dots<NP>(qfrag, rb, lane, k[1], c1);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (WIDE) {
@@ -107,14 +110,16 @@ __device__ __forceinline__ void split2_dots(const uint4 *qfrag, int lane, int hs
 
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
-// overhead is halved, not the scalar work.
-template <int NP, bool SA, bool WIDE>
+// overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
+// g + 8 (eight pairs per lane), as split_item's two row blocks: the same sums, the same bits.
+template <int NP, bool SA, bool WIDE, int RB = 1>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b) {
   constexpr int D = 64 * NP;
   constexpr int VR = pv_vrow(D, true);
-  constexpr int RS = 8;  // one row block
+  static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
+  constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) unsigned char s_live8[2 * 8], s_cut8[2 * 8];  // [half][warp]
   __shared__ int32_t s_page_last[kPagesPerSplit];
@@ -132,8 +137,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   const int kq = tid >> 2, u = tid & 3;  // screen layout: key kq of each half, quarter u
   const int mg = lane >> 2, mt = lane & 3;
   // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
-  const int hs = WIDE ? 0 : mg >> 2, r = WIDE ? mg : mg & 3;
-  constexpr int NSL = WIDE ? 2 : 1;  // (half, two keys) slots per lane
+  const int hs = WIDE ? 0 : mg >> 2, r0 = WIDE ? mg : mg & 3;  // row 8 rb + r0
+  constexpr int NSL = WIDE ? 2 : 1;                            // (half, two keys) slots per lane
   const bool pf16 = c.dtype == FOLD_DTYPE_F16;
   // Layout: every part whose size depends on G last, so that the others sit at compile-time
   // offsets (their addresses were being recomputed under the register bound).
@@ -141,16 +146,16 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   unsigned char *stage = abuf + (SA ? static_cast<size_t>(kStep2) * D : 0);         // [128][VR]
   float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
   constexpr int nsz = pv_kparts(D) * RS * D;
-  float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][8]: a step's 8-key sums (quad_sum)
-  uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * 8);  // [RS][kWRow2]
+  float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
+  uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
-  float *w = reinterpret_cast<float *>(qfrag + 2 * NP * 32);  // [G][kWS2]: coarse logits
+  float *w = reinterpret_cast<float *>(qfrag + RB * 2 * NP * 32);  // [G][kWS2]: coarse logits
   float *f = w + G * kWS2;
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  load_q_fragments<NP>(qfrag, ws, row0, G, 1, tid);
+  load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
   for (int g = tid; g < G; g += kThreads) {
     const float z = ws.z[row0 + g];
     sq[g] = ws.sq[row0 + g];
@@ -234,7 +239,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   cp_async_wait<0>();
   __syncthreads();
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this warp's N accumulators (pv_mma_chunk_acc)
+  float acc[RB][4];  // this warp's N accumulators (pv_mma_chunk_acc), per row block
+#pragma unroll
+  for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[rb][i] = 0.0f;
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -245,7 +254,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
-    const bool rv = r < G;
     // Slot sl: half hh(sl) (WIDE: sl; else the lane's half after the exchange), keys kl0(sl),
     // kl0(sl) + 1 of the step.
     const auto hh = [&](int sl) { return WIDE ? sl : hs; };
@@ -271,20 +279,25 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
               *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * D +
                                               16 * split2_apiece(D, kq, u + 4 * i));
     }
-    // Coarse dots of both halves (split2_dots).
-    int32_t ca[NSL][4];
-    split2_dots<NP, WIDE>(qfrag, lane, hs, ka, ca);
+    // Coarse dots of both halves (split2_dots), per row block.
+    int32_t ca[RB][NSL][4];
+#pragma unroll
+    for (int rb = 0; rb < RB; ++rb) split2_dots<NP, WIDE>(qfrag, rb, lane, hs, ka, ca[rb]);
     int vbits[NSL];  // per slot: keys 2t (bits 0-1), 2t + 1 (bits 3-4); OR over rows
 #pragma unroll
     for (int sl = 0; sl < NSL; ++sl) {
       vbits[sl] = 0;
-      if (rv) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float sa = coarse_logit(ca[sl][j], ca[sl][2 + j],
-                                        logit_multiplier(sq[r], skj[sl][j], 8 + log2d));
-          vbits[sl] |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
-          w[r * kWS2 + kl0(sl) + j] = sa;
+      for (int rb = 0; rb < RB; ++rb) {
+        const int r = 8 * rb + r0;
+        if (r < G) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float sa = coarse_logit(ca[rb][sl][j], ca[rb][sl][2 + j],
+                                          logit_multiplier(sq[r], skj[sl][j], 8 + log2d));
+            vbits[sl] |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
+            w[r * kWS2 + kl0(sl) + j] = sa;
+          }
         }
       }
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 4);  // rows of the same half
@@ -350,11 +363,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     // Weights (per slot, the lane's two keys and its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
     const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
-    int32_t cb[NSL][4];
+    int32_t cb[RB][NSL][4];
 #pragma unroll
-    for (int sl = 0; sl < NSL; ++sl)
+    for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) cb[sl][i] = 0;
+      for (int sl = 0; sl < NSL; ++sl)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cb[rb][sl][i] = 0;
     if (any_refine) {
       if constexpr (SA) {  // plane B of the refined keys, loaded here (short live range)
 #pragma unroll
@@ -370,38 +385,46 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           }
         }
       }
-      split2_dots<NP, WIDE>(qfrag, lane, hs, kb, cb);  // q planes x key plane B
+#pragma unroll
+      for (int rb = 0; rb < RB; ++rb)  // q planes x key plane B
+        split2_dots<NP, WIDE>(qfrag, rb, lane, hs, kb, cb[rb]);
     }
 #pragma unroll
     for (int sl = 0; sl < NSL; ++sl) {
-      float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};
-      if (rv) {
-        float opw[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int bits = vbits[sl] >> (3 * j);
-          const bool mlive = (bits & 1) != 0 && mpres[sl][j];
-          const bool mref = (bits & 2) != 0 && mlive;
-          if (!mpres[sl][j]) continue;
-          const KeyWeight kw = key_weight(mlive, mref, ca[sl], cb[sl], j, sq[r], skj[sl][j],
-                                          16 + log2d, zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
-          vt[j] = kw.pw;
-          vtl[j] = kw.pex;
-          vc[j] = kw.cut;
-          opw[j] = kw.pw;
+      for (int rb = 0; rb < RB; ++rb) {
+        const int r = 8 * rb + r0;
+        const bool rv = r < G;
+        float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};
+        if (rv) {
+          float opw[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int bits = vbits[sl] >> (3 * j);
+            const bool mlive = (bits & 1) != 0 && mpres[sl][j];
+            const bool mref = (bits & 2) != 0 && mlive;
+            if (!mpres[sl][j]) continue;
+            const KeyWeight kw =
+                key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq[r], skj[sl][j], 16 + log2d,
+                           zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
+            vt[j] = kw.pw;
+            vtl[j] = kw.pex;
+            vc[j] = kw.cut;
+            opw[j] = kw.pw;
+          }
+          reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
+              pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
         }
-        reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
-            pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
-      }
-      // This warp's 8-key sums of row r in half hh(sl), as split_item's (quad_sum).
-      const float st = quad_sum(add_rn(vt[0], vt[1]));
-      const float stl = quad_sum(add_rn(vtl[0], vtl[1]));
-      const float sc = quad_sum(add_rn(vc[0], vc[1]));
-      if (mt == 0 && rv) {
-        float *ws8 = wsum + hh(sl) * 3 * 64 + 8 * warp + r;
-        ws8[0] = st;
-        ws8[64] = stl;
-        ws8[128] = sc;
+        // This warp's 8-key sums of row r in half hh(sl), as split_item's (quad_sum).
+        const float st = quad_sum(add_rn(vt[0], vt[1]));
+        const float stl = quad_sum(add_rn(vtl[0], vtl[1]));
+        const float sc = quad_sum(add_rn(vc[0], vc[1]));
+        if (mt == 0 && rv) {
+          float *ws8 = wsum + (hh(sl) * 3 * 8 + warp) * RS + r;
+          ws8[0] = st;
+          ws8[8 * RS] = stl;
+          ws8[16 * RS] = sc;
+        }
       }
     }
     // The gathers (SA: all but the newest group, the next step's plane A).
@@ -432,10 +455,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       if (new_page) page_has_cut = false;
       page_has_cut = page_has_cut || chunk_cut;
       for (int g = g_first; g < G; g += kThreads) {
-        const float *ws8 = wsum + h * 3 * 64 + g;
-        ts[g] = add_rn(ts[g], warp_tree8(ws8, 8));
-        tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 64, 8));
-        cut[g] = add_rn(cut[g], warp_tree8(ws8 + 128, 8));
+        const float *ws8 = wsum + h * 3 * 8 * RS + g;
+        ts[g] = add_rn(ts[g], warp_tree8(ws8, RS));
+        tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 8 * RS, RS));
+        cut[g] = add_rn(cut[g], warp_tree8(ws8 + 16 * RS, RS));
       }
       const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
       if (pf16)
@@ -456,7 +479,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     if (tid == 0) s_page_last[n_pages] = s1 - 1;
     n_pages += 1;
   }
-  pv_acc_store<D>(ns, acc, RS, warp, lane);
+  pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
   __syncthreads();
   // The split's partial, as split_item's.
   for (int e = tid; e < G * D; e += kThreads) {
@@ -489,16 +512,16 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
 }
 
-// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 8 (split2_item), MINB
+// grid (splits, Hkv, B), 256 threads: pass 0's screened split at G <= 16 (split2_item), MINB
 // blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
 // plane A in shared memory, SA).
-template <int NP, int MINB, bool SA = false, bool WIDE = false>
+template <int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
-  split2_item<NP, SA, WIDE>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  split2_item<NP, SA, WIDE, RB>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
@@ -508,11 +531,15 @@ using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, 
 // The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80
 // registers, no spills; 22% faster than two at large batch), two at D 128 (120 registers;
 // capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
-// forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange).
+// forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange); G 9-16:
+// the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
 inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D) {
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
+  if (G > 8)
+    return D == 64 ? decode_split2_kernel<1, 2, false, true, 2>
+                   : decode_split2_kernel<2, 2, false, true, 2>;
   if (G > 4) {
     if (D == 64)
       return plan.sa ? decode_split2_kernel<1, 3, true, true>

@@ -272,19 +272,24 @@ def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeyp
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G,page",
     [(torch.bfloat16, 128, 2, 4, 128), (torch.float16, 64, 3, 3, 64), (torch.bfloat16, 64, 2, 1, 256),
-     (torch.bfloat16, 128, 1, 2, 64), (torch.bfloat16, 128, 2, 8, 64), (torch.float16, 64, 1, 6, 128)],
+     (torch.bfloat16, 128, 1, 2, 64), (torch.bfloat16, 128, 2, 8, 64), (torch.float16, 64, 1, 6, 128),
+     (torch.bfloat16, 128, 1, 16, 64), (torch.float16, 64, 2, 12, 128), (torch.bfloat16, 128, 1, 9, 128)],
 )
 @pytest.mark.parametrize("depth", [16.0, 8.0])
 @pytest.mark.parametrize("sa", ["0", "1"])
 def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, monkeypatch):
-    # The screened split at G <= 4 runs with two 64-key halves per thread (FOLD_DECODE_SPLIT2=0:
-    # the one-half split kernel; decode_split2.cuh). Same arithmetic and orders: the same
+    # The screened split at G <= 16 runs with two 64-key halves per thread (FOLD_DECODE_SPLIT2=0:
+    # the one-half split kernel; decode_split2.cuh; G 9-16: two row blocks). Same arithmetic and orders: the same
     # output, LSE and read statistics bit for bit, on ragged lengths (partial halves and steps,
     # empty requests) and pages of 64 keys (a page boundary between a step's halves); and the
     # CPU reference within one rounding.
-    # FOLD_DECODE_SPLIT2_SA=1: plane A through shared memory (three blocks per SM at D 128).
+    # FOLD_DECODE_SPLIT2_SA=1: plane A through shared memory (three blocks per SM at D 128;
+    # G 9-16, two row blocks, always runs from registers).
+    if G > 8 and sa == "1":
+        pytest.skip("G 9-16 runs from registers only (SA is never picked there)")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
-    monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")  # G 5-8 (no effect at G <= 4)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")  # G 5-16 (no effect at G <= 4)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_G16", "1")  # G 9-16
     B = len(RAGGED)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=11, dtype=dtype)
     cpu, gpu = _pair(B, Hkv * G, Hkv, D, 2100, page_size=page, dtype=dtype, depth=depth)
