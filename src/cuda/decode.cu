@@ -1202,6 +1202,20 @@ __device__ __forceinline__ float warp_tree8(const float *x, int st) {
                 add_rn(add_rn(x[4 * st], x[5 * st]), add_rn(x[6 * st], x[7 * st])));
 }
 
+// Bit i (1 <= i < n): the 64-key chunk at s0 + 64 i starts a page (page sizes are multiples of
+// 64, so pages start only at chunks). One thread computes it per split (one division), instead of
+// every thread a modulo per chunk.
+__device__ __forceinline__ uint32_t page_starts(int32_t s0, int n, int P) {
+  static_assert(kSplitKeys / kChunk <= 32, "a bit per chunk of a split");
+  uint32_t m = 0u;
+  int x = s0 % P;  // (s0 + 64 i) mod P
+  for (int i = 1; i < n; ++i) {
+    x = x + kChunk == P ? 0 : x + kChunk;
+    m |= (x == 0 ? 1u : 0u) << i;
+  }
+  return m;
+}
+
 // Split s of group (b, hk), 256 threads, D = 64 NP (decode_split_kernel's item). Pass 0: every
 // group; pass 1: only the groups the guard flagged. MMA (bf16 / fp16 V): the value product on the
 // tensor cores (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8)
@@ -1289,18 +1303,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   // (one page-table lookup and division per chunk, not one per use and thread).
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
-  // Bit i: chunk i (i >= 1) starts a page (page sizes are multiples of 64): one thread's
-  // divisions here instead of every thread's per chunk.
-  static_assert(kSplitKeys / kChunk <= 32, "s_newpage holds a bit per chunk");
-  if (tid == 0) {
-    uint32_t m = 0u;
-    int x = s0 % P;  // (s0 + 64 i) mod P, one division: P is a multiple of 64
-    for (int i = 1; i < nchunks; ++i) {
-      x = x + kChunk == P ? 0 : x + kChunk;
-      m |= (x == 0 ? 1u : 0u) << i;
-    }
-    s_newpage = m;
-  }
+  if (tid == 0) s_newpage = page_starts(s0, nchunks, P);  // (read after the first barrier)
   auto chunk_row = [&](int32_t j0) {
     return j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
   };

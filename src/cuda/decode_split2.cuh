@@ -174,18 +174,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
-  static_assert(kSplitKeys / kChunk <= 32, "s_newpage holds a bit per half");
-  // Bit i: half i (i >= 1) starts a page. Page sizes are multiples of 64, so pages start only at
-  // halves; one thread's divisions here instead of every thread's per half.
-  if (tid == 0) {
-    uint32_t m = 0u;
-    int x = s0 % P;  // (s0 + 64 i) mod P, one division: P is a multiple of 64
-    for (int i = 1; i < nhalves; ++i) {
-      x = x + kChunk == P ? 0 : x + kChunk;
-      m |= (x == 0 ? 1u : 0u) << i;
-    }
-    s_newpage = m;
-  }
+  if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
   // The cache row of the 64-key half at jh, from s_rowbase (after the first barrier).
   auto half_row = [&](int32_t jh) { return s_rowbase[(jh - s0) / kChunk]; };
   // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split). Before
