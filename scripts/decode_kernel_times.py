@@ -3,11 +3,19 @@ before each) under torch.profiler, each kernel's mean device duration, and the g
 median time beside it. The durations overlap where programmatic dependent launch lets a kernel
 start before its predecessor ends, so their sum can exceed the graphed time.
 
+The cache is the decode protocol's synthetic one (benchmarks/decode.py `synthetic_problem`:
+peaked attention with logit std 3, key offsets, a sink key; built as the protocol's fold arm
+builds it, prefill and max_len L + 64), so the screened split sees the protocol's live and
+refine fractions; the step's read statistics are printed beside the times. `--plain` keeps the
+cache of sessions <= 15 (q, k ~ N(0, 1), v ~ N(1, 1): nearly every key live at depth 16, few
+refined), for comparisons with older logs.
+
 python scripts/decode_kernel_times.py             B1 L32K, B32 L8K, B128 L4K; H 64 / Hkv 8, D 128
 python scripts/decode_kernel_times.py --g4        H 32 / Hkv 8
 python scripts/decode_kernel_times.py --shapes "1,2048,9,3,64;1,8192,9,3,64"   (B,L,H,Hkv,D;...)
 python scripts/decode_kernel_times.py --dense-only  depth None only
 python scripts/decode_kernel_times.py --screened-only  depth 16 only
+python scripts/decode_kernel_times.py --plain  the old cache (above)
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
@@ -21,6 +29,12 @@ from torch.profiler import ProfilerActivity, profile
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 from graph_timing import flush_l2, graphed_median
+
+PLAIN = "--plain" in sys.argv
+if not PLAIN:  # the protocol's cache (the repository root on sys.path: run from it)
+    sys.path.insert(0, ".")
+    from benchmarks.arms.fold import build_cache
+    from benchmarks.decode import synthetic_problem
 
 dev = torch.device("cuda")
 H_ = 32 if "--g4" in sys.argv else 64
@@ -40,16 +54,26 @@ def short(name):
     return name[:40]
 
 
-for B, L, H, Hkv, D in SHAPES:
+def make_cache(B, L, H, Hkv, D, depth):
+    """(cache, q): the protocol's synthetic problem in its fold arm's cache, or (--plain) the
+    old one."""
+    if not PLAIN:
+        prob = synthetic_problem(B, L, H, Hkv, D)
+        return build_cache(prob, depth, False), prob.q
     torch.manual_seed(0)
     k = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16)
     v = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16) + 1.0
     q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
+    cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
+    for b in range(B):
+        cache.add_request()
+        cache.extend(b, k[b], v[b])
+    return cache, q
+
+
+for B, L, H, Hkv, D in SHAPES:
     for depth in DEPTHS:
-        cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
-        for b in range(B):
-            cache.add_request()
-            cache.extend(b, k[b], v[b])
+        cache, q = make_cache(B, L, H, Hkv, D, depth)
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
 
@@ -81,13 +105,15 @@ for B, L, H, Hkv, D in SHAPES:
             seen[name] += 1
             per[key].append(ev.device_time_total if hasattr(ev, "device_time_total")
                             else ev.cuda_time_total)
-        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: graphed attend {t_graph:.1f} us",
-              flush=True)
+        st = cache.stats()
+        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: graphed attend {t_graph:.1f} us"
+              f" ({'plain' if PLAIN else 'protocol'} cache: live {st['live_frac']:.3f}, refined"
+              f" {st['refine_frac']:.3f}, {st['bytes_per_key']:.0f} bytes/key)", flush=True)
         total = 0.0
         for name, ts in per.items():
             mean = sum(ts) / REPS  # per attend (a kernel may run twice: the guard's pass)
             total += mean
             print(f"    {name:44s} {len(ts) / REPS:4.1f} launches/attend  {mean:8.1f} us/attend")
         print(f"    {'sum':44s} {'':20s} {total:8.1f} us", flush=True)
-        del cache
+        del cache, q
         torch.cuda.empty_cache()
