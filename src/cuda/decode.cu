@@ -843,13 +843,6 @@ __device__ __forceinline__ uint32_t pack_operands(float w0, float w1) {
 
 constexpr int kWRow = kChunk + 8;  // operand weight row (16-bit elements): 144 bytes
 
-// One chunk's value product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] over the
-// chunk's keys with a live bit (k steps of 16 keys without one are skipped; every other key of
-// a step has weight 0 and a zero or finite value row). Warp `warp` takes m tiles (16 columns)
-// warp, warp + 8, .. (D 64: m tile warp % 4, keys of half warp / 4) for every row block; its
-// accumulators live in its own N slice ns [kpart][d][RS] (a fixed order: per slice, chunks in
-// order; per chunk, the hardware's sum of fixed k steps). A = V^T by ldmatrix.trans of the
-// stage rows (VR bytes apart), B = the operand weights wop [RS][kWRow].
 // The lane's ldmatrix addresses of the value product: A = V^T from the stage rows (VR bytes
 // apart), B = the operand weights (rows of WROW 16-bit elements); add k0 * VR + 32 m tile and
 // 2 (8 nb WROW + k0).
@@ -863,6 +856,13 @@ __device__ __forceinline__ uint32_t pv_b_base(const uint16_t *wop, int lane) {
          static_cast<uint32_t>(((lane & 7) * WROW + 8 * ((lane >> 3) & 1)) * 2);
 }
 
+// One chunk's value product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] over the
+// chunk's keys with a live bit (k steps of 16 keys without one are skipped; every other key of
+// a step has weight 0 and a zero or finite value row). Warp `warp` takes m tiles (16 columns)
+// warp, warp + 8, .. (D 64: m tile warp % 4, keys of half warp / 4) for every row block; its
+// accumulators live in its own N slice ns [kpart][d][RS] (a fixed order: per slice, chunks in
+// order; per chunk, the hardware's sum of fixed k steps). A = V^T by ldmatrix.trans of the
+// stage rows (VR bytes apart), B = the operand weights wop [RS][kWRow].
 template <int D, bool F16, int WROW = kWRow>
 __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
                                              const unsigned char *sv, int VR, int nrb,
