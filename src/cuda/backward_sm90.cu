@@ -531,9 +531,11 @@ template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
-                 cudaStream_t stream) {
+                 bool dq_first, cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  auto kernel = ws ? bwd::backward_ws_kernel<D, Tag> : backward_sm90_kernel<D, Tag>;
+  auto kernel = !ws        ? backward_sm90_kernel<D, Tag>
+                : dq_first ? bwd::backward_ws_kernel<D, Tag, true>
+                           : bwd::backward_ws_kernel<D, Tag, false>;
   const int threads = ws ? bwd::kWsThreads : kThreads;
   const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
@@ -618,8 +620,11 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // The warp-specialised kernel by default where it measured faster (Bm = 64: D 96 / 128;
   // notes/training_kernels.md, session 11), the CTA-synchronous one at D 64 (Bm = 128).
   // "ws" / "sync" force one of them (A/B runs, tests). Same bits either way.
-  const bool ws = (var == "ws" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) && ws_usable<D, Tag>(p);
-  launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws, stream);
+  // "wsd": ws with dV / dK issued before the dQ product (the order before session 16; same bits).
+  const bool ws = (var == "ws" || var == "wsd" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) &&
+                  ws_usable<D, Tag>(p);
+  launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws,
+                      var != "wsd", stream);
 }
 
 template <class Tag>

@@ -13,13 +13,13 @@
 //     the tile, the consumer may write it again (kBarEmpty + c).
 // Warpgroups 1 and 2, consumers c = 0, 1 (setmaxnreg.inc 240): K and V of the block first
 // (cp.async, zeros past the request's end), then keys 64 c .. 64 c + 63, their dK and dV. Per pair:
-// S^T, dP^T, P, dS^T, dV / dK (as backward_sm90.cu), dS^T into one of two shared buffers; the only
-// meeting point of the two consumers is the named barrier that says both halves of dS^T are in
-// (kBarCons), before each computes its part of the dQ partial. With two dS^T buffers, one consumer
-// may run the next pair's S^T / dP^T while the other is still in its dQ product, so the tensor
-// cores see one consumer's wgmmas while the other does its exponentials and conversions. Invariance
-// and determinism are those of backward_sm90.cu: nothing here depends on the batch or on timing; dQ
-// is summed with integer adds.
+// S^T, dP^T, P, dS^T (as backward_sm90.cu), dS^T into one of two shared buffers; the only meeting
+// point of the two consumers is the named barrier that says both halves of dS^T are in
+// (kBarCons), before each issues its part of the dQ partial and then dV / dK (DQF, below). With two
+// dS^T buffers, one consumer may run the next pair's S^T / dP^T while the other is still in its dQ
+// product, so the tensor cores see one consumer's wgmmas while the other does its exponentials and
+// conversions. Invariance and determinism are those of backward_sm90.cu: nothing here depends on
+// the batch or on timing; dQ is summed with integer adds.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,7 +84,12 @@ struct WsCfg {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-template <int D, class Tag>
+// DQF (the default; FOLD_BWD_VARIANT=wsd gives the older order for A/B runs), Bm = 64 only: per
+// pair, the dQ product is issued right after the dS^T barrier and dV / dK after it, so that the
+// dQ conversion into the staging tile overlaps dV / dK on the tensor cores (wait<1> returns with
+// dQ: groups retire in order); the stage is released once dV / dK retire. Same wgmmas, same bits.
+// (Measured +4.5-9% on the D 128 protocol shapes, notes/training_kernels.md, session 16.)
+template <int D, class Tag, bool DQF = true>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                        const fold_tensor_t v, const fold_tensor_t dout,
@@ -98,6 +103,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   using Cfg = WsCfg<D>;
   using T = typename Tag::T;
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
+  constexpr bool kDqFirst = DQF && kBm == 64;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = tile::smem_addr(smem_raw);
@@ -310,6 +316,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const float *lse_s = reinterpret_cast<const float *>(smem + Cfg::kOffLse + 8 * stage * kBm);
       const float *delta_s = lse_s + kBm;
 
+      uint32_t pf[4][4], df[4][4];  // P^T and dS^T as A fragments (the last sub-block's)
 #pragma unroll 1
       for (int sub = 0; sub < kBm / 64; ++sub) {
         const int r0 = 64 * sub;
@@ -391,7 +398,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           else
             finish(std::false_type{});
         }
-        uint32_t pf[4][4], df[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -409,8 +415,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
           }
         }
-        // ---- 3. dV += P^T dO, dK += dS^T Q.
-        {
+        // ---- 3. dV += P^T dO, dK += dS^T Q (DQF: after the dQ product's issue, below).
+        if constexpr (!kDqFirst) {
           const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
           const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
           hp::fence();
@@ -437,11 +443,25 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           hp::wgmma_ss<kN, T, 1, 1>(acc, dq_desc_a + ds_off + ks * 128, dq_desc_b + ks * 128,
                                     ks > 0);
         hp::commit();
-        hp::wait<0>();  // (also retires step 3: this stage's Q, dO are no longer read)
-        hp::fence_operands(acc);
-        hp::fence_operands(dv_acc);
-        hp::fence_operands(dk_acc);
-        hp::mbar_arrive(&empty[stage]);
+        if constexpr (kDqFirst) {
+          // Step 3 of the pair's single sub-block (rows 0..63), behind the dQ product.
+          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr, kBm * 128);
+          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr, kBm * 128);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
+          }
+          hp::commit();
+          hp::wait<1>();  // the dQ product (groups retire in order); dV / dK still run
+          hp::fence_operands(acc);
+        } else {
+          hp::wait<0>();  // (also retires step 3: this stage's Q, dO are no longer read)
+          hp::fence_operands(acc);
+          hp::fence_operands(dv_acc);
+          hp::fence_operands(dk_acc);
+          hp::mbar_arrive(&empty[stage]);
+        }
         hp::named_bar_sync(kBarEmpty + c, 128 + 32);
         const auto convert = [&](auto to_grid) {
 #pragma unroll
@@ -466,6 +486,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         dq_pass(std::integral_constant<int, Cfg::kDqN1>{});
       hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
       hp::named_bar_arrive(kBarFull + c, 128 + 32);
+      if constexpr (kDqFirst) {
+        hp::wait<0>();  // dV / dK: this stage's Q, dO are no longer read
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+        hp::mbar_arrive(&empty[stage]);
+      }
     }
   }
 
