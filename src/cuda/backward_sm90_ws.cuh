@@ -317,6 +317,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const float *delta_s = lse_s + kBm;
 
       uint32_t pf[4][4], df[4][4];  // P^T and dS^T as A fragments (the last sub-block's)
+      // ---- 3. dV += P^T dO, dK += dS^T Q for the sub-block at row r0 (B: dO, Q MN-major).
+      const auto issue_dv_dk = [&](int r0) {
+        const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
+        const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
+          hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
+        }
+        hp::commit();
+      };
+      // Once dV / dK have retired: this stage's Q, dO are no longer read.
+      const auto release_stage = [&] {
+        hp::fence_operands(dv_acc);
+        hp::fence_operands(dk_acc);
+        hp::mbar_arrive(&empty[stage]);
+      };
 #pragma unroll 1
       for (int sub = 0; sub < kBm / 64; ++sub) {
         const int r0 = 64 * sub;
@@ -415,17 +432,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
           }
         }
-        // ---- 3. dV += P^T dO, dK += dS^T Q (DQF: after the dQ product's issue, below).
+        // Step 3 here (DQF: after the dQ product's issue, below).
         if constexpr (!kDqFirst) {
-          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
-          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
           hp::fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
-            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
-          }
-          hp::commit();
+          issue_dv_dk(r0);
         }
       }
       hp::fence_proxy_async();            // dS^T (generic stores) -> the dQ wgmma (async proxy)
@@ -444,23 +454,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                     ks > 0);
         hp::commit();
         if constexpr (kDqFirst) {
-          // Step 3 of the pair's single sub-block (rows 0..63), behind the dQ product.
-          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr, kBm * 128);
-          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr, kBm * 128);
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
-            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
-          }
-          hp::commit();
-          hp::wait<1>();  // the dQ product (groups retire in order); dV / dK still run
+          issue_dv_dk(0);  // step 3 of the pair's single sub-block, behind the dQ product
+          hp::wait<1>();   // the dQ product (groups retire in order); dV / dK still run
           hp::fence_operands(acc);
         } else {
-          hp::wait<0>();  // (also retires step 3: this stage's Q, dO are no longer read)
+          hp::wait<0>();  // (also retires step 3)
           hp::fence_operands(acc);
-          hp::fence_operands(dv_acc);
-          hp::fence_operands(dk_acc);
-          hp::mbar_arrive(&empty[stage]);
+          release_stage();
         }
         hp::named_bar_sync(kBarEmpty + c, 128 + 32);
         const auto convert = [&](auto to_grid) {
@@ -487,10 +487,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       hp::fence_proxy_async();  // staging (generic stores) -> the bulk reduce (async proxy)
       hp::named_bar_arrive(kBarFull + c, 128 + 32);
       if constexpr (kDqFirst) {
-        hp::wait<0>();  // dV / dK: this stage's Q, dO are no longer read
-        hp::fence_operands(dv_acc);
-        hp::fence_operands(dk_acc);
-        hp::mbar_arrive(&empty[stage]);
+        hp::wait<0>();  // dV / dK
+        release_stage();
       }
     }
   }
