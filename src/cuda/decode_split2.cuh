@@ -233,6 +233,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[rb][i] = 0.0f;
+  // The value product's ldmatrix bases for half 0 (pv_acc_bases), computed once and pinned: an
+  // empty asm makes them opaque, so ptxas keeps the two registers instead of rebuilding both
+  // addresses in every conditional 16-key step; half h adds kChunk h VR and 2 kChunk h bytes.
+  uint32_t pv_a, pv_b;
+  pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
+  asm volatile("" : "+r"(pv_a));
+  asm volatile("" : "+r"(pv_b));
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -449,11 +456,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 8 * RS, RS));
         cut[g] = add_rn(cut[g], warp_tree8(ws8 + 16 * RS, RS));
       }
-      const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
+      const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
+      const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
       if (pf16)
-        pv_mma_chunk_acc<D, true, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
+        pv_mma_chunk_acc_at<D, true, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
       else
-        pv_mma_chunk_acc<D, false, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
+        pv_mma_chunk_acc_at<D, false, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
     }
     if (!SA && more) {
 #pragma unroll
