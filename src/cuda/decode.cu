@@ -933,6 +933,46 @@ __device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[NB][4], const uint16
     }
   }
 }
+// The lane's two ldmatrix bases of pv_mma_chunk_acc for the stage sv and operand weights wop,
+// with the warp's m tile and key part folded in: A = pv_a_base + kpart's first key * VR + 32 m
+// tile, B = pv_b_base + 2 * kpart's first key. pv_mma_chunk_acc_at adds only 16 kk * VR and
+// 2 (8 nb WROW + 16 kk), compile-time constants.
+template <int D, int WROW>
+__device__ __forceinline__ void pv_acc_bases(const unsigned char *sv, const uint16_t *wop, int VR,
+                                             int warp, int lane, uint32_t &a_base,
+                                             uint32_t &b_base) {
+  constexpr int MT = D / 16, KP = pv_kparts(D);
+  const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
+  const int kfirst = kpart * (kChunk / KP);
+  a_base = pv_a_base(sv, VR, lane) + static_cast<uint32_t>(kfirst * VR + 32 * mtile);
+  b_base = pv_b_base<WROW>(wop, lane) + static_cast<uint32_t>(kfirst * 2);
+}
+// pv_mma_chunk_acc from bases of pv_acc_bases computed by the caller, who can compute them once
+// and pin them (split2: once per split, each 64-key half adding its stage and weight offsets as
+// constants). Inside pv_mma_chunk_acc ptxas rebuilt both addresses in every conditional 16-key
+// step (~10 integer instructions each). The same ldmatrix addresses, so the same mma's from the
+// same operands in the same order: the same bits.
+template <int D, bool F16, int WROW, int NB>
+__device__ __forceinline__ void pv_mma_chunk_acc_at(float (&c)[NB][4], uint32_t a_base,
+                                                    uint32_t b_base, int VR, uint64_t live_mask,
+                                                    int warp) {
+  constexpr int MT = D / 16, KP = pv_kparts(D);
+  static_assert(MT <= 8, "one m tile per warp");
+  const int kpart = MT >= 8 ? 0 : warp / MT;
+  const uint64_t mask = live_mask >> (kpart * (kChunk / KP));  // the warp's keys from bit 0
+#pragma unroll
+  for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
+    if (((mask >> (16 * kk)) & 0xffffull) == 0) continue;
+    uint32_t a[4];
+    ldsm_x4_trans(a, a_base + static_cast<uint32_t>(16 * kk * VR));
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {  // (each accumulator's k steps in the same order)
+      uint32_t bw[2];
+      ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + 16 * kk) * 2));
+      mma_16<F16>(c[nb], a, bw[0], bw[1]);
+    }
+  }
+}
 // The accumulators of pv_mma_chunk_acc into the warp's N slice ns [kpart][d][RS].
 template <int D, int NB>
 __device__ __forceinline__ void pv_acc_store(float *ns, const float (&c)[NB][4], int RS, int warp,

@@ -233,6 +233,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[rb][i] = 0.0f;
+  // The value product's ldmatrix bases for half 0 (pv_acc_bases), computed once and pinned: an
+  // empty asm makes them opaque, so ptxas keeps the two registers instead of rebuilding both
+  // addresses in every conditional 16-key step; half h adds kChunk h VR and 2 kChunk h bytes.
+  uint32_t pv_a, pv_b;
+  pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
+  asm volatile("" : "+r"(pv_a));
+  asm volatile("" : "+r"(pv_b));
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -449,11 +456,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 8 * RS, RS));
         cut[g] = add_rn(cut[g], warp_tree8(ws8 + 16 * RS, RS));
       }
-      const unsigned char *stg = stage + static_cast<size_t>(kChunk * h) * VR;
+      const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
+      const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
       if (pf16)
-        pv_mma_chunk_acc<D, true, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
+        pv_mma_chunk_acc_at<D, true, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
       else
-        pv_mma_chunk_acc<D, false, kWRow2>(acc, wop + kChunk * h, stg, VR, live_mask, warp, lane);
+        pv_mma_chunk_acc_at<D, false, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
     }
     if (!SA && more) {
 #pragma unroll
@@ -463,24 +471,38 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     }
     __syncthreads();
   }
+  const int n_flushed = n_pages;  // pages flushed in the loop (s_page_last read after its barriers)
   if (page_has_cut) {
     for (int g = tid; g < G; g += kThreads) page_cut[n_pages * G + g] = cut[g];
     if (tid == 0) s_page_last[n_pages] = s1 - 1;
     n_pages += 1;
   }
+  // The cut pages' mean value rows, once per (page, column) instead of once per (row, page,
+  // column): ~69 instructions each, half of them the page's integer division and remainder. The
+  // same div_rn of the same operands, so the same bits. Into the value stage: free after the
+  // loop's last barrier (its gathers were waited before it, its value products read the stage
+  // before it); the barrier below separates these writes from the reads. The last page's last
+  // key is s1 - 1 here, not read back from s_page_last (written by thread 0 just above).
+  static_assert(kPagesPerSplit * D * sizeof(float) <= static_cast<size_t>(kStep2) * VR,
+                "the page means must fit in the value stage");
+  float *page_mean = reinterpret_cast<float *>(stage);  // [page][D]
+  for (int e = tid; e < n_pages * D; e += kThreads) {
+    const int i = e / D, d = e % D;
+    const int32_t last = i < n_flushed ? s_page_last[i] : s1 - 1;
+    const int32_t count = min(P, L - (last - last % P));
+    page_mean[e] =
+        div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
+  }
   pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
   __syncthreads();
-  // The split's partial, as split_item's.
+  // The split's partial, as split_item's (the same products and sums in the same page order).
   for (int e = tid; e < G * D; e += kThreads) {
     const int g = e / D, d = e % D;
     float cn = 0.0f;
-    for (int i = 0; i < n_pages; ++i) {
-      const int32_t last = s_page_last[i];
-      const int32_t count = min(P, L - (last - last % P));
-      const float mean =
-          div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
-      cn = add_rn(cn, mul_rn(page_cut[i * G + g], mean));
-    }
+    // (n_pages <= kPagesPerSplit; left alone, nvcc unrolled it 16 deep: ~140 instructions more.)
+#pragma unroll 4
+    for (int i = 0; i < n_pages; ++i)
+      cn = add_rn(cn, mul_rn(page_cut[i * G + g], page_mean[i * D + d]));
     float nsum = 0.0f;
     for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
     ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
