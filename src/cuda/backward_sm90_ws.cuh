@@ -402,8 +402,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
                   for (int x = 0; x < 4; ++x) {
-                    if constexpr (!PINPF)
-                      pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+                    pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
                     fold ^= pf[kk][x];
                   }
               } else {
