@@ -131,7 +131,10 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
   }
 }
 
-template <int D, class Tag>
+// PINPF (the default; FOLD_BWD_VARIANT=pin0 gives the older form for A/B runs): as in
+// backward_sm90_ws.cuh, P^T's A fragments are packed once, in front of dP^T's wait, and their
+// XOR is the pin's word. The same values, the same bits.
+template <int D, class Tag, bool PINPF = true>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                          const fold_tensor_t v, const fold_tensor_t dout,
@@ -347,6 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           hp::fence_operands(s);
         }
 
+        uint32_t pf[4][4], df[4][4];  // P^T and dS^T as A fragments (step 3)
         // ---- 2. P^T and dS^T 2^t in place (s <- P, dp <- dS), masked where needed. Element
         // s[4 j + 2 i + e] is (key key_l + 8 i, row r0 + 8 j + 2 tq + e).
         {
@@ -385,9 +389,20 @@ __global__ void __launch_bounds__(kThreads, 1)
               // one 4-byte store per thread instead of the packed P's 64 bytes. The A fragments
               // below pack P again after the wait rather than keep these 16 words live through
               // dS: with them live, as on branch wip/bwd-dvfirst, D 128 needs all 255 registers.)
+              // (PINPF: the fragments themselves, packed here and kept.)
               uint32_t fold = 0;
+              if constexpr (PINPF) {
 #pragma unroll
-              for (int k = 0; k < 16; ++k) fold ^= pack2(s[2 * k], s[2 * k + 1], Tag{});
+                for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+                  for (int x = 0; x < 4; ++x) {
+                    pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+                    fold ^= pf[kk][x];
+                  }
+              } else {
+#pragma unroll
+                for (int k = 0; k < 16; ++k) fold ^= pack2(s[2 * k], s[2 * k + 1], Tag{});
+              }
               *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + tid * 4) = fold;
             }
             hp::wait<0>();  // dP^T
@@ -411,12 +426,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             finish(std::false_type{});
         }
         // A fragments (k16 step kk = rows r0 + 16 kk..): the accumulator pairs in order.
-        uint32_t pf[4][4], df[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
           for (int x = 0; x < 4; ++x) {
-            pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+            if constexpr (!PINPF)
+              pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
             df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
           }
         // dS^T into shared memory, [row block][key][64 rows] swizzled (MN-major A of step 4),
@@ -531,11 +546,12 @@ template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
-                 bool dq_first, cudaStream_t stream) {
+                 bool dq_first, bool pin_pf, cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  auto kernel = !ws        ? backward_sm90_kernel<D, Tag>
-                : dq_first ? bwd::backward_ws_kernel<D, Tag, true>
-                           : bwd::backward_ws_kernel<D, Tag, false>;
+  auto kernel = !ws ? (pin_pf ? backward_sm90_kernel<D, Tag> : backward_sm90_kernel<D, Tag, false>)
+                : !dq_first ? bwd::backward_ws_kernel<D, Tag, false>
+                : pin_pf    ? bwd::backward_ws_kernel<D, Tag, true>
+                            : bwd::backward_ws_kernel<D, Tag, true, false>;
   const int threads = ws ? bwd::kWsThreads : kThreads;
   const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
@@ -621,10 +637,11 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // notes/training_kernels.md, session 11), the CTA-synchronous one at D 64 (Bm = 128).
   // "ws" / "sync" force one of them (A/B runs, tests). Same bits either way.
   // "wsd": ws with dV / dK issued before the dQ product (the order before session 16; same bits).
+  // "pin0": the default's kernel with P packed twice (the pin's form before session 17; same bits).
   const bool ws = (var == "ws" || var == "wsd" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) &&
                   ws_usable<D, Tag>(p);
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws,
-                      var != "wsd", stream);
+                      var != "wsd", var != "pin0", stream);
 }
 
 template <class Tag>

@@ -89,7 +89,13 @@ struct WsCfg {
 // dQ conversion into the staging tile overlaps dV / dK on the tensor cores (wait<1> returns with
 // dQ: groups retire in order); the stage is released once dV / dK retire. Same wgmmas, same bits.
 // (Measured +4.5-9% on the D 128 protocol shapes, notes/training_kernels.md, session 16.)
-template <int D, class Tag, bool DQF = true>
+//
+// PINPF (the default; FOLD_BWD_VARIANT=pin0 gives the older form for A/B runs): P^T's A
+// fragments are packed in front of dP^T's wait and their XOR is the pin's word, instead of the
+// pin packing P once for its XOR and the fragments packing it again after the wait (ptxas did
+// not merge the two: the masked and unmasked paths meet in between). 16 conversions fewer per
+// thread and pair; the same values, the same bits.
+template <int D, class Tag, bool DQF = true, bool PINPF = true>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                        const fold_tensor_t v, const fold_tensor_t dout,
@@ -391,8 +397,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             {
               // The pin of backward_sm90.cu: keeps P's exponentials in front of dP^T's wait.
               uint32_t fold = 0;
+              if constexpr (PINPF) {
 #pragma unroll
-              for (int kx = 0; kx < 16; ++kx) fold ^= tile::pack2(s[2 * kx], s[2 * kx + 1], Tag{});
+                for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+                  for (int x = 0; x < 4; ++x) {
+                    pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+                    fold ^= pf[kk][x];
+                  }
+              } else {
+#pragma unroll
+                for (int kx = 0; kx < 16; ++kx)
+                  fold ^= tile::pack2(s[2 * kx], s[2 * kx + 1], Tag{});
+              }
               *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + ctid * 4) = fold;
             }
             hp::wait<0>();
@@ -419,7 +436,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
           for (int x = 0; x < 4; ++x) {
-            pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
+            if constexpr (!PINPF)
+              pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
             df[kk][x] = tile::pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
           }
         {

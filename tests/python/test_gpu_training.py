@@ -233,7 +233,9 @@ def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
     change a bit of dq, dk, dv (dense and varlen, short last chunks included). Nor must the
     main kernel's form: FOLD_BWD_VARIANT=ws (warp-specialised) and sync (CTA-synchronous)
     force one at every head dim (the default takes ws at D 96 / 128, sync at D 64); wsd is ws with
-    dV / dK issued before the dQ product (the default issues dQ first)."""
+    dV / dK issued before the dQ product (the default issues dQ first); pin0 packs P twice (the
+    pin's form before session 17: the default packs P's fragments once, in front of dP^T's
+    wait)."""
     dtype = torch.bfloat16
     B, S, H, Hkv = 5, 700, 6, 3  # 15 KV head x request items: chunks of 1, 2, 4, 7, 15
     args = _dense_case(dtype, B, S, H, Hkv, D, 91)
@@ -244,7 +246,7 @@ def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
     cu = _cu(lens)
     packed = [torch.cat([x[i, :n] for i, n in enumerate(lens)]) for x in args]
     ref_v = _fold(*packed, causal, cu)
-    settings = [("FOLD_BWD_VARIANT", v) for v in ("v1", "ws", "sync", "wsd")]
+    settings = [("FOLD_BWD_VARIANT", v) for v in ("v1", "ws", "sync", "wsd", "pin0")]
     settings += [("FOLD_BWD_HB_CHUNK", c) for c in "12479"]
     for var, value in settings:
         monkeypatch.setenv(var, value)
