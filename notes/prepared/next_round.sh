@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Next session, first call: sanitizers and decode GPU tests of library cuts2 (wip/split2-cuts2 at
+# 8eff239), then the bit test and per-kernel times of library c3 (0e977e0: one exponential).
+set -u
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD/python:$PWD/scripts:$PWD PYTHONUNBUFFERED=1
+mkdir -p .libs "$OUT/logs"
+for n in cuts2 c3; do xz -dc .ab/$n.so.xz > .libs/$n.so; done
+C=$PWD/.libs/cuts2.so T=$PWD/.libs/c3.so
+step() {
+  local name=$1 limit=$2; shift 2; local s=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - s ))s" >> "$OUT/summary.txt"
+  tail -n 3 "$OUT/logs/$name.log" >> "$OUT/summary.txt"
+}
+for tool in racecheck memcheck synccheck; do
+  step ${tool}_cuts2 45 env FOLD_ATTENTION_LIBRARY=$C compute-sanitizer --tool $tool \
+    --error-exitcode 1 python3 scripts/gpu_smoke.py --decode-only
+done
+step c3_bits 40 env FOLD_ATTENTION_LIBRARY=$T python3 -m pytest -q -m gpu -p no:logging \
+  tests/python/test_gpu_decode.py -k "split2 or matches_cpu"
+step decode_tests_cuts2 70 env FOLD_ATTENTION_LIBRARY=$C python3 -m pytest -q -m gpu -p no:logging \
+  tests/python -k "decode or kvcache or cache"
+SH="128,4096,32,8,128;16,16384,32,4,128;32,16384,16,2,64"
+step kt_cuts2 25 env FOLD_ATTENTION_LIBRARY=$C python3 scripts/decode_kernel_times.py --screened-only --shapes "$SH"
+step kt_c3 25 env FOLD_ATTENTION_LIBRARY=$T python3 scripts/decode_kernel_times.py --screened-only --shapes "$SH"
+cat "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
