@@ -6,9 +6,15 @@
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD/python:$PWD/scripts:$PWD PYTHONUNBUFFERED=1
-mkdir -p .libs "$OUT/logs"
-for n in cuts2 c3 fcvt; do xz -dc .ab/$n.so.xz > .libs/$n.so; done
-C=$PWD/.libs/cuts2.so T=$PWD/.libs/c3.so F=$PWD/.libs/fcvt.so
+mkdir -p "$OUT/logs"
+# Each library in .gpu-libs/NAME/ with a `commit` file beside it (from .ab/NAME.commit): the
+# benchmarks' provenance then names the library's commit (benchmarks/provenance.py).
+for n in cuts2 c3 fcvt; do
+  mkdir -p .gpu-libs/$n && xz -dc .ab/$n.so.xz > .gpu-libs/$n/libfold_attention.so
+  cp .ab/$n.commit .gpu-libs/$n/commit 2>/dev/null
+done
+C=$PWD/.gpu-libs/cuts2/libfold_attention.so T=$PWD/.gpu-libs/c3/libfold_attention.so
+F=$PWD/.gpu-libs/fcvt/libfold_attention.so
 step() {
   local name=$1 limit=$2; shift 2; local s=$(date +%s)
   timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1; local rc=$?
