@@ -386,10 +386,10 @@ __global__ void __launch_bounds__(kThreads, 1)
               // model the wait's latency). Shared-memory stores are not moved across the wait,
               // so one word that depends on every packed P (their XOR) is stored in front of
               // it: P is finished there and overlaps dP^T's wgmmas. (The word is never read;
-              // one 4-byte store per thread instead of the packed P's 64 bytes. The A fragments
-              // below pack P again after the wait rather than keep these 16 words live through
-              // dS: with them live, as on branch wip/bwd-dvfirst, D 128 needs all 255 registers.)
-              // (PINPF: the fragments themselves, packed here and kept.)
+              // one 4-byte store per thread instead of the packed P's 64 bytes.) PINPF: the words
+              // are step 3's A fragments themselves, kept live through dS (D 64 206 registers,
+              // D 128 254: the sync kernel is only its fallback there); pin0 packs P again after
+              // the wait instead.
               uint32_t fold = 0;
               if constexpr (PINPF) {
 #pragma unroll

@@ -906,36 +906,9 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
   }
 }
 
-// pv_mma_chunk with one m tile per warp and NB row blocks (split2: G <= 16, D 64 / 128), the
-// warp's accumulators in registers for the whole split instead of loaded from and stored to its
-// N slice per chunk (their address arithmetic and the loads' latency before each chunk's first
-// mma were ~5% of split2's instructions). The same mma's in the same order from the same 0.0f,
-// so the same bits; pv_acc_store writes them to the slice pv_mma_chunk would have left.
-template <int D, bool F16, int WROW, int NB>
-__device__ __forceinline__ void pv_mma_chunk_acc(float (&c)[NB][4], const uint16_t *wop,
-                                                 const unsigned char *sv, int VR,
-                                                 uint64_t live_mask, int warp, int lane) {
-  constexpr int MT = D / 16, KP = pv_kparts(D);
-  static_assert(MT <= 8, "one m tile per warp");
-  const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
-  const uint32_t sv_a = pv_a_base(sv, VR, lane), b_base = pv_b_base<WROW>(wop, lane);
-#pragma unroll
-  for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
-    const int k0 = kpart * (kChunk / KP) + 16 * kk;
-    if (((live_mask >> k0) & 0xffffull) == 0) continue;
-    uint32_t a[4];
-    ldsm_x4_trans(a, sv_a + static_cast<uint32_t>(k0 * VR + 32 * mtile));
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {  // (each accumulator's k steps in the same order)
-      uint32_t bw[2];
-      ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + k0) * 2));
-      mma_16<F16>(c[nb], a, bw[0], bw[1]);
-    }
-  }
-}
-// The lane's two ldmatrix bases of pv_mma_chunk_acc for the stage sv and operand weights wop,
-// with the warp's m tile and key part folded in: A = pv_a_base + kpart's first key * VR + 32 m
-// tile, B = pv_b_base + 2 * kpart's first key. pv_mma_chunk_acc_at adds only 16 kk * VR and
+// The lane's two ldmatrix bases of pv_mma_chunk_acc_at for the stage sv and operand weights
+// wop, with the warp's m tile and key part folded in: A = pv_a_base + kpart's first key * VR + 32
+// m tile, B = pv_b_base + 2 * kpart's first key. pv_mma_chunk_acc_at adds only 16 kk * VR and
 // 2 (8 nb WROW + 16 kk), compile-time constants.
 template <int D, int WROW>
 __device__ __forceinline__ void pv_acc_bases(const unsigned char *sv, const uint16_t *wop, int VR,
@@ -947,11 +920,14 @@ __device__ __forceinline__ void pv_acc_bases(const unsigned char *sv, const uint
   a_base = pv_a_base(sv, VR, lane) + static_cast<uint32_t>(kfirst * VR + 32 * mtile);
   b_base = pv_b_base<WROW>(wop, lane) + static_cast<uint32_t>(kfirst * 2);
 }
-// pv_mma_chunk_acc from bases of pv_acc_bases computed by the caller, who can compute them once
-// and pin them (split2: once per split, each 64-key half adding its stage and weight offsets as
-// constants). Inside pv_mma_chunk_acc ptxas rebuilt both addresses in every conditional 16-key
-// step (~10 integer instructions each). The same ldmatrix addresses, so the same mma's from the
-// same operands in the same order: the same bits.
+// pv_mma_chunk with one m tile per warp and NB row blocks (split2: G <= 16, D 64 / 128), the
+// warp's accumulators in registers for the whole split instead of loaded from and stored to its
+// N slice per chunk (their address arithmetic and the loads' latency before each chunk's first
+// mma were ~5% of split2's instructions). The same mma's in the same order from the same 0.0f,
+// so the same bits; pv_acc_store writes them to the slice pv_mma_chunk would have left. The
+// bases come from pv_acc_bases, computed by the caller once and pinned (split2: once per split,
+// each 64-key half adding its stage and weight offsets as constants): computed in here, ptxas
+// rebuilt both addresses in every conditional 16-key step (~10 integer instructions each).
 template <int D, bool F16, int WROW, int NB>
 __device__ __forceinline__ void pv_mma_chunk_acc_at(float (&c)[NB][4], uint32_t a_base,
                                                     uint32_t b_base, int VR, uint64_t live_mask,
@@ -973,7 +949,7 @@ __device__ __forceinline__ void pv_mma_chunk_acc_at(float (&c)[NB][4], uint32_t 
     }
   }
 }
-// The accumulators of pv_mma_chunk_acc into the warp's N slice ns [kpart][d][RS].
+// The accumulators of pv_mma_chunk_acc_at into the warp's N slice ns [kpart][d][RS].
 template <int D, int NB>
 __device__ __forceinline__ void pv_acc_store(float *ns, const float (&c)[NB][4], int RS, int warp,
                                              int lane) {

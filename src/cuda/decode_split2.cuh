@@ -228,7 +228,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   cp_async_wait<0>();
   __syncthreads();
 
-  float acc[RB][4];  // this warp's N accumulators (pv_mma_chunk_acc), per row block
+  float acc[RB][4];  // this warp's N accumulators (pv_mma_chunk_acc_at), per row block
 #pragma unroll
   for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
