@@ -155,6 +155,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  // Needed again only after the step loop: read back from shared memory there, not held in two
+  // registers across the loop (ptxas spilled it, once before and after the loop, where the
+  // loop's registers reached the launch bound).
+  __shared__ int64_t s_row0;
+  if (tid == 0) s_row0 = row0;  // (read after the loop's barriers)
   load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
   for (int g = tid; g < G; g += kThreads) {
     const float z = ws.z[row0 + g];
@@ -175,13 +180,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
   if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
-  // The cache row of the 64-key half at jh, from s_rowbase (after the first barrier).
-  auto half_row = [&](int32_t jh) { return s_rowbase[(jh - s0) / kChunk]; };
-  // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split). Before
-  // the first barrier (`direct`) the row comes from the page table, not s_rowbase.
-  auto load_a = [&](int32_t jh, int4 *a, bool direct) {
+  // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
+  // their cache rows read as s_rowbase[hi] (after the first barrier): found from a key's offset
+  // in the split, every use had divided it by 64, signed.
+  // Plane A of key kq of half hi, this thread's quarter (zeros past the split). Before the first
+  // barrier (`direct`) the row comes from the page table, not s_rowbase.
+  auto load_a = [&](int hi, int4 *a, bool direct) {
+    const int32_t jh = s0 + kChunk * hi;
     if (kq < s1 - jh) {
-      const int64_t row = direct ? key_row(c, b, hk, jh) : half_row(jh);
+      const int64_t row = direct ? key_row(c, b, hk, jh) : s_rowbase[hi];
       const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + (row + kq) * D);
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
@@ -190,20 +197,26 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int i = 0; i < NP; ++i) a[i] = make_int4(0, 0, 0, 0);
     }
   };
-  // SA: plane A of key kq of the half at jh into abuf row 64 h + kq (zeros past the split).
-  // Each thread writes and later reads only its own quarter's bytes: no barrier between.
-  auto load_a_async = [&](int32_t jh, int h) {
-    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * D;
-    if (kq < s1 - jh) {
-      const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
+  // SA: where piece u + 4 i of key kq's plane A sits in abuf row kq (half h: + 64 h D), once
+  // per split: the copies, the zero fills and the reads then add only constants (ptxas rebuilt
+  // every address per use, with the swizzle).
+  unsigned char *a_p[NP];
 #pragma unroll
-      for (int i = 0; i < NP; ++i)
-        cp_async16(dst + 16 * split2_apiece(D, kq, u + 4 * i), src + 16 * (u + 4 * i));
+  for (int i = 0; i < NP; ++i) a_p[i] = abuf + kq * D + 16 * split2_apiece(D, kq, u + 4 * i);
+  // SA: plane A of key kq of half hi into abuf row 64 h + kq, h = hi % 2 (zeros past the split).
+  // Each thread writes and later reads only its own quarter's bytes: no barrier between. The
+  // source as one pointer at the thread's quarter (piece i: + 64 i bytes).
+  auto load_a_async = [&](int hi, int h) {
+    const int off = kChunk * h * D;
+    if (kq < s1 - (s0 + kChunk * hi)) {
+      const auto *src =
+          reinterpret_cast<const unsigned char *>(c.k_a + (s_rowbase[hi] + kq) * D) + 16 * u;
+#pragma unroll
+      for (int i = 0; i < NP; ++i) cp_async16(a_p[i] + off, src + 64 * i);
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i)
-        *reinterpret_cast<uint4 *>(dst + 16 * split2_apiece(D, kq, u + 4 * i)) =
-            make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4 *>(a_p[i] + off) = make_uint4(0u, 0u, 0u, 0u);
     }
   };
   int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
@@ -217,13 +230,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
   cp_async_commit();
   if constexpr (SA) {
-    __syncthreads();  // s_rowbase (load_a_async reads it through half_row), s_newpage
-    load_a_async(s0, 0);
-    load_a_async(s0 + kChunk, 1);
+    __syncthreads();  // s_rowbase (load_a_async reads it), s_newpage
+    load_a_async(0, 0);
+    load_a_async(1, 1);
     cp_async_commit();
   } else {
-    load_a(s0, ka[0], true);
-    load_a(s0 + kChunk, ka[1], true);
+    load_a(0, ka[0], true);
+    load_a(1, ka[1], true);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -240,6 +253,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
   asm volatile("" : "+r"(pv_a));
   asm volatile("" : "+r"(pv_b));
+  // The value stage's row kq at the thread's quarter (half h: + 64 h VR, piece i: + 64 i).
+  unsigned char *const v_p = stage + kq * VR + 16 * u;
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -247,6 +262,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   for (int si = 0; si < nsteps; ++si) {
     const int32_t j0 = s0 + si * kStep2;
     const bool more = si + 1 < nsteps;
+    const int64_t *const rows = s_rowbase + 2 * si;  // the cache rows of the step's halves
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
@@ -271,9 +287,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < NP; ++i)
-          ka[h][i] =
-              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * D +
-                                              16 * split2_apiece(D, kq, u + 4 * i));
+          ka[h][i] = *reinterpret_cast<const int4 *>(a_p[i] + kChunk * h * D);
     }
     // Coarse dots of both halves (split2_dots), per row block.
     int32_t ca[RB][NSL][4];
@@ -324,35 +338,38 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
     }
     // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
-    // 64 h + kq); then the next step's plane A.
+    // 64 h + kq); then the next step's plane A. Each copy group from one source pointer at the
+    // thread's quarter and the destination v_p (piece i: + 64 i bytes on both sides): written
+    // per piece, both addresses were rebuilt for every copy, the offsets OR-ed in, not folded
+    // into the instruction's immediates.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      unsigned char *dst = stage + static_cast<size_t>(kChunk * h + kq) * VR;
+      unsigned char *dst = v_p + kChunk * h * VR;
       if (live[h]) {
-        const int64_t rr = half_row(j0 + kChunk * h) + kq;
+        const int64_t rr = rows[h] + kq;
         if (!SA && refine[h]) {
           const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
 #pragma unroll
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
         }
-        const unsigned char *src = static_cast<const unsigned char *>(c.v) + rr * 2 * D;
+        const unsigned char *src = static_cast<const unsigned char *>(c.v) + rr * 2 * D + 16 * u;
 #pragma unroll
-        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
       } else if (row_held[h]) {
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i)
-          *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+          *reinterpret_cast<uint4 *>(dst + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
       }
       row_held[h] = live[h];
     }
     cp_async_commit();
     if (more) {
       if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
-        load_a_async(j0 + kStep2, 0);
-        load_a_async(j0 + kStep2 + kChunk, 1);
+        load_a_async(2 * si + 2, 0);
+        load_a_async(2 * si + 3, 1);
       } else {
-        load_a(j0 + kStep2, ka_n[0], false);
-        load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+        load_a(2 * si + 2, ka_n[0], false);
+        load_a(2 * si + 3, ka_n[1], false);
       }
     }
     if constexpr (SA) cp_async_commit();  // (an empty group when !more)
@@ -371,8 +388,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (refine[h]) {
-            const int4 *pb =
-                reinterpret_cast<const int4 *>(c.k_b + (half_row(j0 + kChunk * h) + kq) * D);
+            const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + (rows[h] + kq) * D);
 #pragma unroll
             for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
           } else {
@@ -439,7 +455,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const int32_t jh = j0 + kChunk * h;
       const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8 + 8 * h);
       const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8 + 8 * h) != 0;
-      const bool new_page = ((s_newpage >> ((jh - s0) / kChunk)) & 1u) != 0;
+      const bool new_page = ((s_newpage >> (2 * si + h)) & 1u) != 0;
       if (new_page && page_has_cut) {
         for (int g = g_first; g < G; g += kThreads) {
           page_cut[n_pages * G + g] = cut[g];
@@ -496,6 +512,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
   __syncthreads();
   // The split's partial, as split_item's (the same products and sums in the same page order).
+  const int64_t row0_end = s_row0;
   for (int e = tid; e < G * D; e += kThreads) {
     const int g = e / D, d = e % D;
     float cn = 0.0f;
@@ -505,13 +522,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       cn = add_rn(cn, mul_rn(page_cut[i * G + g], page_mean[i * D + d]));
     float nsum = 0.0f;
     for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
+    ws.part_n[((row0_end + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
   }
   for (int g = tid; g < G; g += kThreads) {
     float ct = 0.0f;
     for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
-    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
-    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
+    ws.part_t[(row0_end + g) * ws.splits + s] = add_rn(ts[g], ct);
+    ws.part_tl[(row0_end + g) * ws.splits + s] = add_rn(tlse[g], ct);
   }
   if (tid == 0) {
     int64_t n[3] = {0, 0, 0};  // keys, live, refined
