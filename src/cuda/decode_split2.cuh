@@ -121,9 +121,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ __align__(8) unsigned char s_live8[2 * 8], s_cut8[2 * 8];  // [half][warp]
+  // [f][warp], f = live in half 0, live in half 1, cut in half 0, cut in half 1: 1 where one of
+  // the warp's 8 keys of the step's half has flag f, else 0.
+  __shared__ __align__(8) unsigned char s_flag8[4 * 8];
   __shared__ int32_t s_page_last[kPagesPerSplit];
-  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined
+  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, after the loop: its lanes' cnt summed
   __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
   __shared__ uint32_t s_newpage;  // bit i: half i of the split starts a page
   __shared__ __align__(16) uint16_t s_scale[kSplitKeys];
@@ -173,9 +175,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
-  // A warp counts at most 8 keys per half and step: its bytes in s_wcount never carry.
-  static_assert(kSplitKeys / kStep2 * 2 * 8 <= 255, "a warp's count per byte must not carry");
-  if (lane == 0) s_wcount[warp] = 0u;
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
   if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
@@ -255,6 +254,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   asm volatile("" : "+r"(pv_b));
   // The value stage's row kq at the thread's quarter (half h: + 64 h VR, piece i: + 64 i).
   unsigned char *const v_p = stage + kq * VR + 16 * u;
+  // Live keys + refined keys << 16, as seen by this thread: every thread counts its key kq of
+  // both halves, so the block's sum is four times the split's counts (<= 4 kSplitKeys each).
+  static_assert(4 * kSplitKeys < 0x10000, "the live count must not carry into the refined one");
+  uint32_t cnt = 0u;
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
@@ -314,7 +317,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
       if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);
     }
-    bool live[2], refine[2];
+    bool live[2], refine[2], present[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
@@ -323,20 +326,26 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const int src = WIDE ? __shfl_sync(0xffffffffu, vbits[WIDE ? h : 0], lane >> 3)
                            : __shfl_sync(0xffffffffu, vbits[0], 16 * h + (lane >> 3));
       const int mine = src >> (3 * ((lane >> 2) & 1));
-      const bool present = kq < (h == 0 ? nkh0 : nkh1);
-      live[h] = (mine & 1) != 0 && present;
+      present[h] = kq < (h == 0 ? nkh0 : nkh1);
+      live[h] = (mine & 1) != 0 && present[h];
       refine[h] = (mine & 2) != 0 && live[h];
-      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live[h]);
-      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live[h]);
-      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine[h]);
-      if (lane == 0) {
-        s_live8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bl));
-        s_cut8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bc));
-        s_wcount[warp] += static_cast<uint32_t>(__popc(bl | bc)) |
-                          static_cast<uint32_t>(__popc(bl)) << 8 |
-                          static_cast<uint32_t>(__popc(br)) << 16;
-      }
     }
+    // The verdicts' bookkeeping. The four lanes of a key agree on its flags (they depend on kq
+    // only), so one ballot in which lane u reports flag u of its key (live in half 0, 1; cut,
+    // i.e. present and not live, in half 0, 1) holds them all, and lane f < 4 writes byte f of
+    // the warp: whether one of its 8 keys has flag f. The consumers need no more: the value
+    // product skips a 16-key step whose two live bytes are 0, exactly where split_item's packed
+    // key bits (pack_keys) are 0, and a half has a cut key where one of its cut bytes is not 0.
+    // The counts are per thread (cnt), summed after the loop. One ballot, one store and a few
+    // adds per step, where each half had three ballots, two packs, three popcounts and a shared
+    // read-modify-write. (Bit u of an integer, not live[u]: an array indexed by the lane went to
+    // the stack.)
+    const unsigned int fl = (live[0] ? 1u : 0u) | (live[1] ? 2u : 0u) |
+                            (present[0] && !live[0] ? 4u : 0u) | (present[1] && !live[1] ? 8u : 0u);
+    const unsigned int lc = __ballot_sync(0xffffffffu, ((fl >> u) & 1u) != 0);
+    if (lane < 4) s_flag8[8 * lane + warp] = (lc & (0x11111111u << lane)) != 0 ? 1 : 0;
+    cnt += (live[0] ? 1u : 0u) + (live[1] ? 1u : 0u) + (refine[0] ? 0x10000u : 0u) +
+           (refine[1] ? 0x10000u : 0u);
     // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
     // 64 h + kq); then the next step's plane A. Each copy group from one source pointer at the
     // thread's quarter and the destination v_p (piece i: + 64 i bytes on both sides): written
@@ -453,8 +462,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const int nk = h == 0 ? nkh0 : nkh1;
       if (nk <= 0) continue;
       const int32_t jh = j0 + kChunk * h;
-      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8 + 8 * h);
-      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8 + 8 * h) != 0;
+      // (Byte w is 1 where warp w has a live key: a 16-key step of the value product runs
+      // where its two bytes are not both 0, i.e. where split_item's packed key bits are not.)
+      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * h);
+      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * (2 + h)) != 0;
       const bool new_page = ((s_newpage >> (2 * si + h)) & 1u) != 0;
       if (new_page && page_has_cut) {
         for (int g = g_first; g < G; g += kThreads) {
@@ -510,6 +521,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
   }
   pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
+  cnt = __reduce_add_sync(0xffffffffu, cnt);
+  if (lane == 0) s_wcount[warp] = cnt;
   __syncthreads();
   // The split's partial, as split_item's (the same products and sums in the same page order).
   const int64_t row0_end = s_row0;
@@ -531,9 +544,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     ws.part_tl[(row0_end + g) * ws.splits + s] = add_rn(tlse[g], ct);
   }
   if (tid == 0) {
-    int64_t n[3] = {0, 0, 0};  // keys, live, refined
-    for (int wi = 0; wi < kThreads / 32; ++wi)
-      for (int i = 0; i < 3; ++i) n[i] += (s_wcount[wi] >> (8 * i)) & 0xffu;
+    // Keys: every key of [s0, s1) is present in exactly one (step, half, kq). Live and refined:
+    // the threads' counts over four (each key counted by its four lanes).
+    uint32_t sum = 0u;
+    for (int wi = 0; wi < kThreads / 32; ++wi) sum += s_wcount[wi];
+    const int64_t n[3] = {s1 - s0, (sum & 0xffffu) >> 2, sum >> 18};
     const int64_t bytes =
         n[0] * (D + 2) + n[1] * 2 * D + n[2] * D + static_cast<int64_t>(n_pages) * 4 * D;
     add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], 0, bytes);
