@@ -108,6 +108,27 @@ __device__ __forceinline__ void split2_dots(const uint4 *qfrag, int rb, int lane
   }
 }
 
+// key_weight (decode.cu) with one exponential per (row, key). A live key's weight is
+// exp2_fp(sub_rn(ell, Z)), ell the fine logit when refined else s_A, and a cut key's mass is
+// exp2_fp(sub_rn(s_A, Z)): the same function of the same kind of operand, s_A where not refined
+// (refined keys are live). So one exp2 of the selected logit, then selects route it to the
+// live key's pex / pw or to the cut mass: bit for bit key_weight's results, where a warp with
+// both live and cut keys ran key_weight's two bodies one after the other. exp2_fp_sel: exp2_fp's
+// bits without its two range branches.
+__device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, const int32_t *ca,
+                                                       const int32_t *cb, int j, float sq, float sk,
+                                                       int shift, float z, bool pf16, float s_a) {
+  const float ell = live && refined ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                                 logit_multiplier(sq, sk, shift))
+                                    : s_a;
+  const float e = exp2_fp_sel(sub_rn(ell, z));
+  KeyWeight k;
+  k.pex = live ? e : 0.0f;
+  k.pw = live ? round_operand(e, pf16) : 0.0f;
+  k.cut = live ? 0.0f : e;
+  return k;
+}
+
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
@@ -426,8 +447,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
             const bool mref = (bits & 2) != 0 && mlive;
             if (!mpres[sl][j]) continue;
             const KeyWeight kw =
-                key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq[r], skj[sl][j], 16 + log2d,
-                           zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
+                split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq[r], skj[sl][j],
+                                  16 + log2d, zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
             vt[j] = kw.pw;
             vtl[j] = kw.pex;
             vc[j] = kw.cut;
