@@ -33,6 +33,25 @@ __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
   return D == 128 ? p ^ ((kq & 1) << 2) : p;
 }
 
+// The fixed-size per-split tables, in the dynamic block after the q planes (byte offsets from
+// there; they were static __shared__ arrays): key scales, the halves' cache rows, row0, the
+// verdict flags, the flushed pages' last keys, the warps' counts, the page starts, the halves'
+// plane A / value / plane B pointers. Then w.
+constexpr int kS2Halves = kSplitKeys / kChunk;
+constexpr int kS2Scale = 0;                                  // uint16_t [kSplitKeys]
+constexpr int kS2RowBase = kS2Scale + 2 * kSplitKeys;        // int64_t [kS2Halves]
+constexpr int kS2Row0 = kS2RowBase + 8 * kS2Halves;          // int64_t
+constexpr int kS2Flag8 = kS2Row0 + 8;                        // unsigned char [4][8]
+constexpr int kS2PageLast = kS2Flag8 + 4 * 8;                // int32_t [kPagesPerSplit]
+constexpr int kS2WCount = kS2PageLast + 4 * kPagesPerSplit;  // uint32_t [kThreads / 32]
+constexpr int kS2NewPage = kS2WCount + 4 * (kThreads / 32);  // uint32_t
+constexpr int kS2Ptr = kS2NewPage + 8;                       // pointers [a, v, b][kS2Halves]
+constexpr int kS2Fixed = kS2Ptr + 3 * static_cast<int>(sizeof(void *)) * kS2Halves;
+static_assert(kS2Scale % 16 == 0, "cp.async of the key scales: 16-byte aligned");
+static_assert(kS2RowBase % 8 == 0 && kS2Row0 % 8 == 0 && kS2Flag8 % 8 == 0 && kS2Ptr % 8 == 0,
+              "64-bit tables (the flags are read as uint64_t): 8-byte aligned");
+static_assert(kS2Fixed % 16 == 0, "what follows (w): 16-byte aligned");
+
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
@@ -42,7 +61,8 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
          + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
          + rs * kWRow2 * 2                                 // operand weights [rs][kWRow2]
          + rs * 2 * D                                      // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
+         + (8u + kPagesPerSplit) * G * 4                   // per-row values, page cuts
+         + kS2Fixed;                                       // the fixed-size tables
 }
 
 // A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
@@ -142,14 +162,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
-  // [f][warp], f = live in half 0, live in half 1, cut in half 0, cut in half 1: 1 where one of
-  // the warp's 8 keys of the step's half has flag f, else 0.
-  __shared__ __align__(8) unsigned char s_flag8[4 * 8];
-  __shared__ int32_t s_page_last[kPagesPerSplit];
-  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, after the loop: its lanes' cnt summed
-  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
-  __shared__ uint32_t s_newpage;  // bit i: half i of the split starts a page
-  __shared__ __align__(16) uint16_t s_scale[kSplitKeys];
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
@@ -172,7 +184,27 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
   uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
-  float *w = reinterpret_cast<float *>(qfrag + RB * 2 * NP * 32);  // [G][kWS2]: coarse logits
+  // The fixed-size tables (kS2*, above), then w: all in the dynamic block, at offsets from its
+  // base known at compile time (B). As static __shared__ arrays their addresses were rebuilt
+  // inside the step loop (S2UR SR_CgaCtaId, ULEA, per use of s_scale, s_flag8, s_newpage in the
+  // SASS) next to the dynamic block's own base.
+  unsigned char *tab = reinterpret_cast<unsigned char *>(qfrag + RB * 2 * NP * 32);
+  uint16_t *s_scale = reinterpret_cast<uint16_t *>(tab + kS2Scale);    // [kSplitKeys]
+  int64_t *s_rowbase = reinterpret_cast<int64_t *>(tab + kS2RowBase);  // [kSplitKeys / kChunk]
+  int64_t &s_row0 = *reinterpret_cast<int64_t *>(tab + kS2Row0);
+  // [f][warp], f = live in half 0, live in half 1, cut in half 0, cut in half 1: 1 where one of
+  // the warp's 8 keys of the step's half has flag f, else 0.
+  unsigned char *s_flag8 = tab + kS2Flag8;
+  int32_t *s_page_last = reinterpret_cast<int32_t *>(tab + kS2PageLast);  // [kPagesPerSplit]
+  uint32_t *s_wcount = reinterpret_cast<uint32_t *>(tab + kS2WCount);  // per warp, after the loop
+  uint32_t &s_newpage =
+      *reinterpret_cast<uint32_t *>(tab + kS2NewPage);  // bit i: half i starts a page
+  // Per 64-key half hi: the cache row's plane A, value and plane B pointers (C: the gathers add
+  // only the thread's key and quarter to a pointer read from shared memory, not rebuild
+  // base + (row + kq) * size from the 64-bit row).
+  const unsigned char **s_pa = reinterpret_cast<const unsigned char **>(tab + kS2Ptr);
+  const unsigned char **s_pv = s_pa + kSplitKeys / kChunk, **s_pb = s_pa + 2 * kSplitKeys / kChunk;
+  float *w = reinterpret_cast<float *>(tab + kS2Fixed);  // [G][kWS2]: coarse logits
   float *f = w + G * kWS2;
   float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
   float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
@@ -181,7 +213,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // Needed again only after the step loop: read back from shared memory there, not held in two
   // registers across the loop (ptxas spilled it, once before and after the loop, where the
   // loop's registers reached the launch bound).
-  __shared__ int64_t s_row0;
   if (tid == 0) s_row0 = row0;  // (read after the loop's barriers)
   load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
   for (int g = tid; g < G; g += kThreads) {
@@ -198,7 +229,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
-  if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  if (tid < nhalves) {
+    const int64_t row = key_row(c, b, hk, s0 + tid * kChunk);
+    s_rowbase[tid] = row;
+    s_pa[tid] = reinterpret_cast<const unsigned char *>(c.k_a + row * D);
+    s_pb[tid] = reinterpret_cast<const unsigned char *>(c.k_b + row * D);
+    s_pv[tid] = static_cast<const unsigned char *>(c.v) + row * 2 * D;
+  }
   if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
   // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
   // their cache rows read as s_rowbase[hi] (after the first barrier): found from a key's offset
@@ -229,8 +266,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   auto load_a_async = [&](int hi, int h) {
     const int off = kChunk * h * D;
     if (kq < s1 - (s0 + kChunk * hi)) {
-      const auto *src =
-          reinterpret_cast<const unsigned char *>(c.k_a + (s_rowbase[hi] + kq) * D) + 16 * u;
+      const auto *src = s_pa[hi] + (kq * D + 16 * u);
 #pragma unroll
       for (int i = 0; i < NP; ++i) cp_async16(a_p[i] + off, src + 64 * i);
     } else {
@@ -250,7 +286,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
   cp_async_commit();
   if constexpr (SA) {
-    __syncthreads();  // s_rowbase (load_a_async reads it), s_newpage
+    __syncthreads();  // s_pa (load_a_async reads it), s_newpage
     load_a_async(0, 0);
     load_a_async(1, 1);
     cp_async_commit();
@@ -382,7 +418,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
         }
-        const unsigned char *src = static_cast<const unsigned char *>(c.v) + rr * 2 * D + 16 * u;
+        const unsigned char *src = s_pv[2 * si + h] + (kq * 2 * D + 16 * u);
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
       } else if (row_held[h]) {
@@ -418,7 +454,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (refine[h]) {
-            const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + (rows[h] + kq) * D);
+            const int4 *pb = reinterpret_cast<const int4 *>(s_pb[2 * si + h] + kq * D);
 #pragma unroll
             for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
           } else {
