@@ -36,7 +36,7 @@ __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
 // The fixed-size per-split tables, in the dynamic block after the q planes (byte offsets from
 // there; they were static __shared__ arrays): key scales, the halves' cache rows, row0, the
 // verdict flags, the flushed pages' last keys, the warps' counts, the page starts, the halves'
-// plane A / value / plane B pointers. Then w.
+// plane A / value / plane B pointers. Then the row constants [rows][4] (float4) and w.
 constexpr int kS2Halves = kSplitKeys / kChunk;
 constexpr int kS2Scale = 0;                                  // uint16_t [kSplitKeys]
 constexpr int kS2RowBase = kS2Scale + 2 * kSplitKeys;        // int64_t [kS2Halves]
@@ -50,7 +50,7 @@ constexpr int kS2Fixed = kS2Ptr + 3 * static_cast<int>(sizeof(void *)) * kS2Halv
 static_assert(kS2Scale % 16 == 0, "cp.async of the key scales: 16-byte aligned");
 static_assert(kS2RowBase % 8 == 0 && kS2Row0 % 8 == 0 && kS2Flag8 % 8 == 0 && kS2Ptr % 8 == 0,
               "64-bit tables (the flags are read as uint64_t): 8-byte aligned");
-static_assert(kS2Fixed % 16 == 0, "what follows (w): 16-byte aligned");
+static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte aligned");
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
@@ -61,8 +61,9 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
          + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
          + rs * kWRow2 * 2                                 // operand weights [rs][kWRow2]
          + rs * 2 * D                                      // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4                   // per-row values, page cuts
-         + kS2Fixed;                                       // the fixed-size tables
+         + (3u + kPagesPerSplit) * G * 4                   // per-row sums, page cuts
+         + kS2Fixed                                        // the fixed-size tables
+         + rs * 4 * 4;                                     // row constants [rs][4]
 }
 
 // A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
@@ -184,10 +185,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
   uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
-  // The fixed-size tables (kS2*, above), then w: all in the dynamic block, at offsets from its
-  // base known at compile time (B). As static __shared__ arrays their addresses were rebuilt
-  // inside the step loop (S2UR SR_CgaCtaId, ULEA, per use of s_scale, s_flag8, s_newpage in the
-  // SASS) next to the dynamic block's own base.
+  // The fixed-size tables (kS2*, above), then the row constants, then w: all in the dynamic
+  // block, at offsets from its base known at compile time (B). As static __shared__ arrays their
+  // addresses were rebuilt inside the step loop (S2UR SR_CgaCtaId, ULEA, per use of s_scale,
+  // s_flag8, s_newpage in the SASS) next to the dynamic block's own base.
   unsigned char *tab = reinterpret_cast<unsigned char *>(qfrag + RB * 2 * NP * 32);
   uint16_t *s_scale = reinterpret_cast<uint16_t *>(tab + kS2Scale);    // [kSplitKeys]
   int64_t *s_rowbase = reinterpret_cast<int64_t *>(tab + kS2RowBase);  // [kSplitKeys / kChunk]
@@ -204,10 +205,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // base + (row + kq) * size from the 64-bit row).
   const unsigned char **s_pa = reinterpret_cast<const unsigned char **>(tab + kS2Ptr);
   const unsigned char **s_pv = s_pa + kSplitKeys / kChunk, **s_pb = s_pa + 2 * kSplitKeys / kChunk;
-  float *w = reinterpret_cast<float *>(tab + kS2Fixed);  // [G][kWS2]: coarse logits
+  // [RS][4]: sq, z, thr_live, thr_ref of row r as one float4 (A: one 16-byte load per row in the
+  // step loop where four loads from four G-dependent addresses were).
+  float *rowc = reinterpret_cast<float *>(tab + kS2Fixed);
+  float *w = rowc + RS * 4;  // [G][kWS2]: coarse logits
   float *f = w + G * kWS2;
-  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
-  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  // Per row: T, T_lse, cut, then the page cuts [kPagesPerSplit][G].
+  float *ts = f, *tlse = f + G, *cut = f + 2 * G, *page_cut = f + 3 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   // Needed again only after the step loop: read back from shared memory there, not held in two
@@ -217,10 +221,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
   for (int g = tid; g < G; g += kThreads) {
     const float z = ws.z[row0 + g];
-    sq[g] = ws.sq[row0 + g];
-    zr[g] = z;
-    thr_live[g] = sub_rn(z, p.depth);
-    thr_ref[g] = sub_rn(z, p.refine_band);
+    rowc[4 * g] = ws.sq[row0 + g];
+    rowc[4 * g + 1] = z;
+    rowc[4 * g + 2] = sub_rn(z, p.depth);
+    rowc[4 * g + 3] = sub_rn(z, p.refine_band);
     ts[g] = 0.0f;
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
@@ -319,6 +323,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
   const int nsteps = (s1 - s0 + kStep2 - 1) / kStep2;
+  // The byte offset from w of the lane's row r0 at key kl0(0), computed once and pinned (A): row
+  // block rb and slot sl then add constants, where ptxas rebuilt r kWS2 + kl0(sl) per use.
+  uint32_t wb =
+      static_cast<uint32_t>((r0 * kWS2 + (WIDE ? 0 : kChunk * hs) + 8 * warp + 2 * mt) * 4);
+  asm volatile("" : "+r"(wb));
   for (int si = 0; si < nsteps; ++si) {
     const int32_t j0 = s0 + si * kStep2;
     const bool more = si + 1 < nsteps;
@@ -361,12 +370,17 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int rb = 0; rb < RB; ++rb) {
         const int r = 8 * rb + r0;
         if (r < G) {
+          const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
+          const float sq_r = rc.x, tl_r = rc.z, tr_r = rc.w;
+          float *const wr =
+              reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(w) + wb +
+                                        4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const float sa = coarse_logit(ca[rb][sl][j], ca[rb][sl][2 + j],
-                                          logit_multiplier(sq[r], skj[sl][j], 8 + log2d));
-            vbits[sl] |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
-            w[r * kWS2 + kl0(sl) + j] = sa;
+                                          logit_multiplier(sq_r, skj[sl][j], 8 + log2d));
+            vbits[sl] |= ((sa >= tl_r ? 1 : 0) | (sa >= tr_r ? 2 : 0)) << (3 * j);
+            wr[j] = sa;
           }
         }
       }
@@ -476,15 +490,19 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};
         if (rv) {
           float opw[2] = {0.0f, 0.0f};
+          const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
+          const float sq_r = rc.x, z_r = rc.y;
+          const float *const wr =
+              reinterpret_cast<const float *>(reinterpret_cast<const unsigned char *>(w) + wb +
+                                              4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int bits = vbits[sl] >> (3 * j);
             const bool mlive = (bits & 1) != 0 && mpres[sl][j];
             const bool mref = (bits & 2) != 0 && mlive;
             if (!mpres[sl][j]) continue;
-            const KeyWeight kw =
-                split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq[r], skj[sl][j],
-                                  16 + log2d, zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
+            const KeyWeight kw = split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq_r,
+                                                   skj[sl][j], 16 + log2d, z_r, pf16, wr[j]);
             vt[j] = kw.pw;
             vtl[j] = kw.pex;
             vc[j] = kw.cut;
