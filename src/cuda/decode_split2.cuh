@@ -154,7 +154,11 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
 // g + 8 (eight pairs per lane), as split_item's two row blocks: the same sums, the same bits.
-template <int NP, bool SA, bool WIDE, int RB = 1>
+//
+// F16: the value planes (and the weight operands) are fp16, else bf16 (D: a template parameter,
+// not c.dtype read per block: the operand rounding and the value product's form are then fixed
+// per instance; the launcher picks the instance by dtype, split2_kernel).
+template <int NP, bool SA, bool WIDE, int RB, bool F16>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b) {
@@ -175,7 +179,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
   const int hs = WIDE ? 0 : mg >> 2, r0 = WIDE ? mg : mg & 3;  // row 8 rb + r0
   constexpr int NSL = WIDE ? 2 : 1;                            // (half, two keys) slots per lane
-  const bool pf16 = c.dtype == FOLD_DTYPE_F16;
+  constexpr bool pf16 = F16;
   // Layout: every part whose size depends on G last, so that the others sit at compile-time
   // offsets (their addresses were being recomputed under the register bound).
   unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
@@ -500,12 +504,14 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
             const int bits = vbits[sl] >> (3 * j);
             const bool mlive = (bits & 1) != 0 && mpres[sl][j];
             const bool mref = (bits & 2) != 0 && mlive;
-            if (!mpres[sl][j]) continue;
+            // Absent keys (past the split) run the same selects, branch-free (D): not live, so
+            // pw = pex = 0 as the zeros they kept, and their cut mass is masked to 0 below; their
+            // w entry was written by the coarse step (a finite or not value, only ever masked).
             const KeyWeight kw = split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq_r,
                                                    skj[sl][j], 16 + log2d, z_r, pf16, wr[j]);
             vt[j] = kw.pw;
             vtl[j] = kw.pex;
-            vc[j] = kw.cut;
+            vc[j] = mpres[sl][j] ? kw.cut : 0.0f;
             opw[j] = kw.pw;
           }
           reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
@@ -634,12 +640,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 // blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
 // plane A in shared memory, SA).
-template <int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
+template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
-  split2_item<NP, SA, WIDE, RB>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  split2_item<NP, SA, WIDE, RB, F16>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
@@ -651,21 +657,27 @@ using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, 
 // capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
 // forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange); G 9-16:
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
-inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D) {
+template <bool F16>
+inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
   if (G > 8)
-    return D == 64 ? decode_split2_kernel<1, 2, false, true, 2>
-                   : decode_split2_kernel<2, 2, false, true, 2>;
+    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 2>;
   if (G > 4) {
     if (D == 64)
-      return plan.sa ? decode_split2_kernel<1, 3, true, true>
-                     : decode_split2_kernel<1, 2, false, true>;
-    return plan.sa ? decode_split2_kernel<2, 3, true, true>
-                   : decode_split2_kernel<2, 2, false, true>;
+      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true>
+                     : decode_split2_kernel<F16, 1, 2, false, true>;
+    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true>
+                   : decode_split2_kernel<F16, 2, 2, false, true>;
   }
-  if (plan.sa) return D == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>;
-  if (D == 64) return three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>;
-  return three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>;
+  if (plan.sa)
+    return D == 64 ? decode_split2_kernel<F16, 1, 3, true> : decode_split2_kernel<F16, 2, 3, true>;
+  if (D == 64) return three ? decode_split2_kernel<F16, 1, 3> : decode_split2_kernel<F16, 1, 2>;
+  return three ? decode_split2_kernel<F16, 2, 3> : decode_split2_kernel<F16, 2, 2>;
+}
+// The instance of a plan for the cache's value dtype (fp16 or bf16 planes, a template parameter).
+inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16) {
+  return f16 ? split2_kernel_dt<true>(plan, G, D) : split2_kernel_dt<false>(plan, G, D);
 }
