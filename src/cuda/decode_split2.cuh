@@ -214,7 +214,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *rowc = reinterpret_cast<float *>(tab + kS2Fixed);
   float *w = rowc + RS * 4;  // [G][kWS2]: coarse logits
   float *f = w + G * kWS2;
-  // Per row: T, T_lse, cut, then the page cuts [kPagesPerSplit][G].
+  // Per row: T, T_lse, cut (contiguous: the row sums index them as one array, below), then the
+  // page cuts [kPagesPerSplit][G].
   float *ts = f, *tlse = f + G, *cut = f + 2 * G, *page_cut = f + 3 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
@@ -535,8 +536,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     else
       cp_async_wait<0>();
     __syncthreads();
-    // Per half, as split_item per chunk: page flushes, the rows' sums in key order (thread
-    // kThreads - 1 - g for row g), the value product.
+    // Per half, as split_item per chunk: page flushes, the rows' sums in key order, the value
+    // product. E: one sum per thread, thread kThreads - 1 - e for e = k G + g (row g's T, T_lse,
+    // cut for k = 0, 1, 2), where one thread per row added all three one after the other: the
+    // same add_rn of the same warp_tree8 per sum, so the same bits. Ownership: cut[g] (e = 2 G + g)
+    // is read, written and reset by that one thread only in the loop (sums and flushes below), so
+    // program order orders them, no barrier needed; the other threads touch ts / tlse / cut /
+    // page_cut only before the first barrier (init) and after the loop's last one (the final
+    // flush and the partial), as before. wsum is written before this step's barrier above and
+    // rewritten only after the barrier that ends the step.
     const int g_first = kThreads - 1 - tid;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -549,20 +557,19 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * (2 + h)) != 0;
       const bool new_page = ((s_newpage >> (2 * si + h)) & 1u) != 0;
       if (new_page && page_has_cut) {
-        for (int g = g_first; g < G; g += kThreads) {
-          page_cut[n_pages * G + g] = cut[g];
-          cut[g] = 0.0f;
+        if (const int e = g_first - 2 * G; e >= 0 && e < G) {  // cut[e]'s owner (see above)
+          page_cut[n_pages * G + e] = cut[e];
+          cut[e] = 0.0f;
         }
         if (tid == 0) s_page_last[n_pages] = jh - 1;
         n_pages += 1;
       }
       if (new_page) page_has_cut = false;
       page_has_cut = page_has_cut || chunk_cut;
-      for (int g = g_first; g < G; g += kThreads) {
-        const float *ws8 = wsum + h * 3 * 8 * RS + g;
-        ts[g] = add_rn(ts[g], warp_tree8(ws8, RS));
-        tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 8 * RS, RS));
-        cut[g] = add_rn(cut[g], warp_tree8(ws8 + 16 * RS, RS));
+      if (const int e = g_first; e < 3 * G) {  // sum k of row g, ts[e] = ts / tlse / cut[g]
+        const int k = (e >= G ? 1 : 0) + (e >= 2 * G ? 1 : 0), g = e - k * G;
+        const float *ws8 = wsum + h * 3 * 8 * RS + k * 8 * RS + g;
+        ts[e] = add_rn(ts[e], warp_tree8(ws8, RS));
       }
       const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
