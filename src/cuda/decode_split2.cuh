@@ -284,11 +284,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         *reinterpret_cast<uint4 *>(a_p[i] + off) = make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
+  // Without SA the next step's plane A is loaded into ka itself once the coarse dots consumed
+  // it (F: no second set of plane registers and no copy at the end of the step).
+  int4 ka[2][NP], kb[2][NP];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int i = 0; i < NP; ++i) ka_n[h][i] = kb[h][i] = make_int4(0, 0, 0, 0);
+    for (int i = 0; i < NP; ++i) kb[h][i] = make_int4(0, 0, 0, 0);
   if (tid < nhalves * 8) {  // the split's key scales (see split_item)
     const int64_t rr = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
@@ -453,8 +455,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         load_a_async(2 * si + 2, 0);
         load_a_async(2 * si + 3, 1);
       } else {
-        load_a(2 * si + 2, ka_n[0], false);
-        load_a(2 * si + 3, ka_n[1], false);
+        load_a(2 * si + 2, ka[0], false);  // (ka is dead after the coarse dots above)
+        load_a(2 * si + 3, ka[1], false);
       }
     }
     if constexpr (SA) cp_async_commit();  // (an empty group when !more)
@@ -577,12 +579,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         pv_mma_chunk_acc_at<D, true, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
       else
         pv_mma_chunk_acc_at<D, false, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
-    }
-    if (!SA && more) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < NP; ++i) ka[h][i] = ka_n[h][i];
     }
     __syncthreads();
   }
