@@ -2851,7 +2851,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const Split2Plan plan2 = split2_plan(c, p, big);
   const bool split2 = !ring && !screen && plan2.on;
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
-  const Split2Kernel split2_k = split2 ? split2_kernel(plan2, G, c.head_dim) : nullptr;
+  const Split2Kernel split2_k =
+      split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16) : nullptr;
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");

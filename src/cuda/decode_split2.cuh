@@ -33,6 +33,25 @@ __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
   return D == 128 ? p ^ ((kq & 1) << 2) : p;
 }
 
+// The fixed-size per-split tables, in the dynamic block after the q planes (byte offsets from
+// there; they were static __shared__ arrays): key scales, the halves' cache rows, row0, the
+// verdict flags, the flushed pages' last keys, the warps' counts, the page starts, the halves'
+// plane A / value / plane B pointers. Then the row constants [rows][4] (float4) and w.
+constexpr int kS2Halves = kSplitKeys / kChunk;
+constexpr int kS2Scale = 0;                                  // uint16_t [kSplitKeys]
+constexpr int kS2RowBase = kS2Scale + 2 * kSplitKeys;        // int64_t [kS2Halves]
+constexpr int kS2Row0 = kS2RowBase + 8 * kS2Halves;          // int64_t
+constexpr int kS2Flag8 = kS2Row0 + 8;                        // unsigned char [4][8]
+constexpr int kS2PageLast = kS2Flag8 + 4 * 8;                // int32_t [kPagesPerSplit]
+constexpr int kS2WCount = kS2PageLast + 4 * kPagesPerSplit;  // uint32_t [kThreads / 32]
+constexpr int kS2NewPage = kS2WCount + 4 * (kThreads / 32);  // uint32_t
+constexpr int kS2Ptr = kS2NewPage + 8;                       // pointers [a, v, b][kS2Halves]
+constexpr int kS2Fixed = kS2Ptr + 3 * static_cast<int>(sizeof(void *)) * kS2Halves;
+static_assert(kS2Scale % 16 == 0, "cp.async of the key scales: 16-byte aligned");
+static_assert(kS2RowBase % 8 == 0 && kS2Row0 % 8 == 0 && kS2Flag8 % 8 == 0 && kS2Ptr % 8 == 0,
+              "64-bit tables (the flags are read as uint64_t): 8-byte aligned");
+static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte aligned");
+
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
@@ -42,7 +61,9 @@ __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = fals
          + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
          + rs * kWRow2 * 2                                 // operand weights [rs][kWRow2]
          + rs * 2 * D                                      // q planes (MMA A fragments)
-         + (8u + kPagesPerSplit) * G * 4;                  // per-row values, page cuts
+         + (3u + kPagesPerSplit) * G * 4                   // per-row sums, page cuts
+         + kS2Fixed                                        // the fixed-size tables
+         + rs * 4 * 4;                                     // row constants [rs][4]
 }
 
 // A three-way switch read per call: unset is "auto" (-1), "1" forces on (1), "0" off (0).
@@ -108,11 +129,36 @@ __device__ __forceinline__ void split2_dots(const uint4 *qfrag, int rb, int lane
   }
 }
 
+// key_weight (decode.cu) with one exponential per (row, key). A live key's weight is
+// exp2_fp(sub_rn(ell, Z)), ell the fine logit when refined else s_A, and a cut key's mass is
+// exp2_fp(sub_rn(s_A, Z)): the same function of the same kind of operand, s_A where not refined
+// (refined keys are live). So one exp2 of the selected logit, then selects route it to the
+// live key's pex / pw or to the cut mass: bit for bit key_weight's results, where a warp with
+// both live and cut keys ran key_weight's two bodies one after the other. exp2_fp_sel: exp2_fp's
+// bits without its two range branches.
+__device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, const int32_t *ca,
+                                                       const int32_t *cb, int j, float sq, float sk,
+                                                       int shift, float z, bool pf16, float s_a) {
+  const float ell = live && refined ? fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                                 logit_multiplier(sq, sk, shift))
+                                    : s_a;
+  const float e = exp2_fp_sel(sub_rn(ell, z));
+  KeyWeight k;
+  k.pex = live ? e : 0.0f;
+  k.pw = live ? round_operand(e, pf16) : 0.0f;
+  k.cut = live ? 0.0f : e;
+  return k;
+}
+
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
 // g + 8 (eight pairs per lane), as split_item's two row blocks: the same sums, the same bits.
-template <int NP, bool SA, bool WIDE, int RB = 1>
+//
+// F16: the value planes (and the weight operands) are fp16, else bf16 (D: a template parameter,
+// not c.dtype read per block: the operand rounding and the value product's form are then fixed
+// per instance; the launcher picks the instance by dtype, split2_kernel).
+template <int NP, bool SA, bool WIDE, int RB, bool F16>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b) {
@@ -121,12 +167,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ __align__(8) unsigned char s_live8[2 * 8], s_cut8[2 * 8];  // [half][warp]
-  __shared__ int32_t s_page_last[kPagesPerSplit];
-  __shared__ uint32_t s_wcount[kThreads / 32];  // per warp, bytes: keys, live, refined
-  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
-  __shared__ uint32_t s_newpage;  // bit i: half i of the split starts a page
-  __shared__ __align__(16) uint16_t s_scale[kSplitKeys];
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
@@ -139,7 +179,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
   const int hs = WIDE ? 0 : mg >> 2, r0 = WIDE ? mg : mg & 3;  // row 8 rb + r0
   constexpr int NSL = WIDE ? 2 : 1;                            // (half, two keys) slots per lane
-  const bool pf16 = c.dtype == FOLD_DTYPE_F16;
+  constexpr bool pf16 = F16;
   // Layout: every part whose size depends on G last, so that the others sit at compile-time
   // offsets (their addresses were being recomputed under the register bound).
   unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
@@ -149,39 +189,72 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
   uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
-  float *w = reinterpret_cast<float *>(qfrag + RB * 2 * NP * 32);  // [G][kWS2]: coarse logits
+  // The fixed-size tables (kS2*, above), then the row constants, then w: all in the dynamic
+  // block, at offsets from its base known at compile time (B). As static __shared__ arrays their
+  // addresses were rebuilt inside the step loop (S2UR SR_CgaCtaId, ULEA, per use of s_scale,
+  // s_flag8, s_newpage in the SASS) next to the dynamic block's own base.
+  unsigned char *tab = reinterpret_cast<unsigned char *>(qfrag + RB * 2 * NP * 32);
+  uint16_t *s_scale = reinterpret_cast<uint16_t *>(tab + kS2Scale);    // [kSplitKeys]
+  int64_t *s_rowbase = reinterpret_cast<int64_t *>(tab + kS2RowBase);  // [kSplitKeys / kChunk]
+  int64_t &s_row0 = *reinterpret_cast<int64_t *>(tab + kS2Row0);
+  // [f][warp], f = live in half 0, live in half 1, cut in half 0, cut in half 1: 1 where one of
+  // the warp's 8 keys of the step's half has flag f, else 0.
+  unsigned char *s_flag8 = tab + kS2Flag8;
+  int32_t *s_page_last = reinterpret_cast<int32_t *>(tab + kS2PageLast);  // [kPagesPerSplit]
+  uint32_t *s_wcount = reinterpret_cast<uint32_t *>(tab + kS2WCount);  // per warp, after the loop
+  uint32_t &s_newpage =
+      *reinterpret_cast<uint32_t *>(tab + kS2NewPage);  // bit i: half i starts a page
+  // Per 64-key half hi: the cache row's plane A, value and plane B pointers (C: the gathers add
+  // only the thread's key and quarter to a pointer read from shared memory, not rebuild
+  // base + (row + kq) * size from the 64-bit row).
+  const unsigned char **s_pa = reinterpret_cast<const unsigned char **>(tab + kS2Ptr);
+  const unsigned char **s_pv = s_pa + kSplitKeys / kChunk, **s_pb = s_pa + 2 * kSplitKeys / kChunk;
+  // [RS][4]: sq, z, thr_live, thr_ref of row r as one float4 (A: one 16-byte load per row in the
+  // step loop where four loads from four G-dependent addresses were).
+  float *rowc = reinterpret_cast<float *>(tab + kS2Fixed);
+  float *w = rowc + RS * 4;  // [G][kWS2]: coarse logits
   float *f = w + G * kWS2;
-  float *sq = f, *zr = f + G, *thr_live = f + 2 * G, *thr_ref = f + 3 * G;
-  float *ts = f + 5 * G, *tlse = f + 6 * G, *cut = f + 7 * G, *page_cut = f + 8 * G;
+  // Per row: T, T_lse, cut (contiguous: the row sums index them as one array, below), then the
+  // page cuts [kPagesPerSplit][G].
+  float *ts = f, *tlse = f + G, *cut = f + 2 * G, *page_cut = f + 3 * G;
 
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+  // Needed again only after the step loop: read back from shared memory there, not held in two
+  // registers across the loop (ptxas spilled it, once before and after the loop, where the
+  // loop's registers reached the launch bound).
+  if (tid == 0) s_row0 = row0;  // (read after the loop's barriers)
   load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
   for (int g = tid; g < G; g += kThreads) {
     const float z = ws.z[row0 + g];
-    sq[g] = ws.sq[row0 + g];
-    zr[g] = z;
-    thr_live[g] = sub_rn(z, p.depth);
-    thr_ref[g] = sub_rn(z, p.refine_band);
+    rowc[4 * g] = ws.sq[row0 + g];
+    rowc[4 * g + 1] = z;
+    rowc[4 * g + 2] = sub_rn(z, p.depth);
+    rowc[4 * g + 3] = sub_rn(z, p.refine_band);
     ts[g] = 0.0f;
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
-  // A warp counts at most 8 keys per half and step: its bytes in s_wcount never carry.
-  static_assert(kSplitKeys / kStep2 * 2 * 8 <= 255, "a warp's count per byte must not carry");
-  if (lane == 0) s_wcount[warp] = 0u;
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
-  if (tid < nhalves) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  if (tid < nhalves) {
+    const int64_t row = key_row(c, b, hk, s0 + tid * kChunk);
+    s_rowbase[tid] = row;
+    s_pa[tid] = reinterpret_cast<const unsigned char *>(c.k_a + row * D);
+    s_pb[tid] = reinterpret_cast<const unsigned char *>(c.k_b + row * D);
+    s_pv[tid] = static_cast<const unsigned char *>(c.v) + row * 2 * D;
+  }
   if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
-  // The cache row of the 64-key half at jh, from s_rowbase (after the first barrier).
-  auto half_row = [&](int32_t jh) { return s_rowbase[(jh - s0) / kChunk]; };
-  // Plane A of key kq of the half at jh, this thread's quarter (zeros past the split). Before
-  // the first barrier (`direct`) the row comes from the page table, not s_rowbase.
-  auto load_a = [&](int32_t jh, int4 *a, bool direct) {
+  // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
+  // their cache rows read as s_rowbase[hi] (after the first barrier): found from a key's offset
+  // in the split, every use had divided it by 64, signed.
+  // Plane A of key kq of half hi, this thread's quarter (zeros past the split). Before the first
+  // barrier (`direct`) the row comes from the page table, not s_rowbase.
+  auto load_a = [&](int hi, int4 *a, bool direct) {
+    const int32_t jh = s0 + kChunk * hi;
     if (kq < s1 - jh) {
-      const int64_t row = direct ? key_row(c, b, hk, jh) : half_row(jh);
+      const int64_t row = direct ? key_row(c, b, hk, jh) : s_rowbase[hi];
       const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + (row + kq) * D);
 #pragma unroll
       for (int i = 0; i < NP; ++i) a[i] = pa[u + 4 * i];
@@ -190,40 +263,47 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int i = 0; i < NP; ++i) a[i] = make_int4(0, 0, 0, 0);
     }
   };
-  // SA: plane A of key kq of the half at jh into abuf row 64 h + kq (zeros past the split).
-  // Each thread writes and later reads only its own quarter's bytes: no barrier between.
-  auto load_a_async = [&](int32_t jh, int h) {
-    unsigned char *dst = abuf + static_cast<size_t>(kChunk * h + kq) * D;
-    if (kq < s1 - jh) {
-      const auto *src = reinterpret_cast<const unsigned char *>(c.k_a + (half_row(jh) + kq) * D);
+  // SA: where piece u + 4 i of key kq's plane A sits in abuf row kq (half h: + 64 h D), once
+  // per split: the copies, the zero fills and the reads then add only constants (ptxas rebuilt
+  // every address per use, with the swizzle).
+  unsigned char *a_p[NP];
 #pragma unroll
-      for (int i = 0; i < NP; ++i)
-        cp_async16(dst + 16 * split2_apiece(D, kq, u + 4 * i), src + 16 * (u + 4 * i));
+  for (int i = 0; i < NP; ++i) a_p[i] = abuf + kq * D + 16 * split2_apiece(D, kq, u + 4 * i);
+  // SA: plane A of key kq of half hi into abuf row 64 h + kq, h = hi % 2 (zeros past the split).
+  // Each thread writes and later reads only its own quarter's bytes: no barrier between. The
+  // source as one pointer at the thread's quarter (piece i: + 64 i bytes).
+  auto load_a_async = [&](int hi, int h) {
+    const int off = kChunk * h * D;
+    if (kq < s1 - (s0 + kChunk * hi)) {
+      const auto *src = s_pa[hi] + (kq * D + 16 * u);
+#pragma unroll
+      for (int i = 0; i < NP; ++i) cp_async16(a_p[i] + off, src + 64 * i);
     } else {
 #pragma unroll
       for (int i = 0; i < NP; ++i)
-        *reinterpret_cast<uint4 *>(dst + 16 * split2_apiece(D, kq, u + 4 * i)) =
-            make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4 *>(a_p[i] + off) = make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  int4 ka[2][NP], ka_n[2][NP], kb[2][NP];
+  // Without SA the next step's plane A is loaded into ka itself once the coarse dots consumed
+  // it (F: no second set of plane registers and no copy at the end of the step).
+  int4 ka[2][NP], kb[2][NP];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int i = 0; i < NP; ++i) ka_n[h][i] = kb[h][i] = make_int4(0, 0, 0, 0);
+    for (int i = 0; i < NP; ++i) kb[h][i] = make_int4(0, 0, 0, 0);
   if (tid < nhalves * 8) {  // the split's key scales (see split_item)
     const int64_t rr = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
   }
   cp_async_commit();
   if constexpr (SA) {
-    __syncthreads();  // s_rowbase (load_a_async reads it through half_row), s_newpage
-    load_a_async(s0, 0);
-    load_a_async(s0 + kChunk, 1);
+    __syncthreads();  // s_pa (load_a_async reads it), s_newpage
+    load_a_async(0, 0);
+    load_a_async(1, 1);
     cp_async_commit();
   } else {
-    load_a(s0, ka[0], true);
-    load_a(s0 + kChunk, ka[1], true);
+    load_a(0, ka[0], true);
+    load_a(1, ka[1], true);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -240,13 +320,25 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
   asm volatile("" : "+r"(pv_a));
   asm volatile("" : "+r"(pv_b));
+  // The value stage's row kq at the thread's quarter (half h: + 64 h VR, piece i: + 64 i).
+  unsigned char *const v_p = stage + kq * VR + 16 * u;
+  // Live keys + refined keys << 16, as seen by this thread: every thread counts its key kq of
+  // both halves, so the block's sum is four times the split's counts (<= 4 kSplitKeys each).
+  static_assert(4 * kSplitKeys < 0x10000, "the live count must not carry into the refined one");
+  uint32_t cnt = 0u;
   int n_pages = 0;
   bool page_has_cut = false;
   bool row_held[2] = {true, true};  // stage row (half, kq) may hold a value (see split_item)
   const int nsteps = (s1 - s0 + kStep2 - 1) / kStep2;
+  // The byte offset from w of the lane's row r0 at key kl0(0), computed once and pinned (A): row
+  // block rb and slot sl then add constants, where ptxas rebuilt r kWS2 + kl0(sl) per use.
+  uint32_t wb =
+      static_cast<uint32_t>((r0 * kWS2 + (WIDE ? 0 : kChunk * hs) + 8 * warp + 2 * mt) * 4);
+  asm volatile("" : "+r"(wb));
   for (int si = 0; si < nsteps; ++si) {
     const int32_t j0 = s0 + si * kStep2;
     const bool more = si + 1 < nsteps;
+    const int64_t *const rows = s_rowbase + 2 * si;  // the cache rows of the step's halves
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
@@ -271,9 +363,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < NP; ++i)
-          ka[h][i] =
-              *reinterpret_cast<const int4 *>(abuf + static_cast<size_t>(kChunk * h + kq) * D +
-                                              16 * split2_apiece(D, kq, u + 4 * i));
+          ka[h][i] = *reinterpret_cast<const int4 *>(a_p[i] + kChunk * h * D);
     }
     // Coarse dots of both halves (split2_dots), per row block.
     int32_t ca[RB][NSL][4];
@@ -287,12 +377,17 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int rb = 0; rb < RB; ++rb) {
         const int r = 8 * rb + r0;
         if (r < G) {
+          const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
+          const float sq_r = rc.x, tl_r = rc.z, tr_r = rc.w;
+          float *const wr =
+              reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(w) + wb +
+                                        4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const float sa = coarse_logit(ca[rb][sl][j], ca[rb][sl][2 + j],
-                                          logit_multiplier(sq[r], skj[sl][j], 8 + log2d));
-            vbits[sl] |= ((sa >= thr_live[r] ? 1 : 0) | (sa >= thr_ref[r] ? 2 : 0)) << (3 * j);
-            w[r * kWS2 + kl0(sl) + j] = sa;
+                                          logit_multiplier(sq_r, skj[sl][j], 8 + log2d));
+            vbits[sl] |= ((sa >= tl_r ? 1 : 0) | (sa >= tr_r ? 2 : 0)) << (3 * j);
+            wr[j] = sa;
           }
         }
       }
@@ -300,7 +395,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
       if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);
     }
-    bool live[2], refine[2];
+    bool live[2], refine[2], present[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
@@ -309,50 +404,59 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       const int src = WIDE ? __shfl_sync(0xffffffffu, vbits[WIDE ? h : 0], lane >> 3)
                            : __shfl_sync(0xffffffffu, vbits[0], 16 * h + (lane >> 3));
       const int mine = src >> (3 * ((lane >> 2) & 1));
-      const bool present = kq < (h == 0 ? nkh0 : nkh1);
-      live[h] = (mine & 1) != 0 && present;
+      present[h] = kq < (h == 0 ? nkh0 : nkh1);
+      live[h] = (mine & 1) != 0 && present[h];
       refine[h] = (mine & 2) != 0 && live[h];
-      const unsigned int bl = __ballot_sync(0xffffffffu, u == 0 && live[h]);
-      const unsigned int bc = __ballot_sync(0xffffffffu, u == 0 && present && !live[h]);
-      const unsigned int br = __ballot_sync(0xffffffffu, u == 0 && refine[h]);
-      if (lane == 0) {
-        s_live8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bl));
-        s_cut8[8 * h + warp] = static_cast<unsigned char>(pack_keys(bc));
-        s_wcount[warp] += static_cast<uint32_t>(__popc(bl | bc)) |
-                          static_cast<uint32_t>(__popc(bl)) << 8 |
-                          static_cast<uint32_t>(__popc(br)) << 16;
-      }
     }
+    // The verdicts' bookkeeping. The four lanes of a key agree on its flags (they depend on kq
+    // only), so one ballot in which lane u reports flag u of its key (live in half 0, 1; cut,
+    // i.e. present and not live, in half 0, 1) holds them all, and lane f < 4 writes byte f of
+    // the warp: whether one of its 8 keys has flag f. The consumers need no more: the value
+    // product skips a 16-key step whose two live bytes are 0, exactly where split_item's packed
+    // key bits (pack_keys) are 0, and a half has a cut key where one of its cut bytes is not 0.
+    // The counts are per thread (cnt), summed after the loop. One ballot, one store and a few
+    // adds per step, where each half had three ballots, two packs, three popcounts and a shared
+    // read-modify-write. (Bit u of an integer, not live[u]: an array indexed by the lane went to
+    // the stack.)
+    const unsigned int fl = (live[0] ? 1u : 0u) | (live[1] ? 2u : 0u) |
+                            (present[0] && !live[0] ? 4u : 0u) | (present[1] && !live[1] ? 8u : 0u);
+    const unsigned int lc = __ballot_sync(0xffffffffu, ((fl >> u) & 1u) != 0);
+    if (lane < 4) s_flag8[8 * lane + warp] = (lc & (0x11111111u << lane)) != 0 ? 1 : 0;
+    cnt += (live[0] ? 1u : 0u) + (live[1] ? 1u : 0u) + (refine[0] ? 0x10000u : 0u) +
+           (refine[1] ? 0x10000u : 0u);
     // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
-    // 64 h + kq); then the next step's plane A.
+    // 64 h + kq); then the next step's plane A. Each copy group from one source pointer at the
+    // thread's quarter and the destination v_p (piece i: + 64 i bytes on both sides): written
+    // per piece, both addresses were rebuilt for every copy, the offsets OR-ed in, not folded
+    // into the instruction's immediates.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      unsigned char *dst = stage + static_cast<size_t>(kChunk * h + kq) * VR;
+      unsigned char *dst = v_p + kChunk * h * VR;
       if (live[h]) {
-        const int64_t rr = half_row(j0 + kChunk * h) + kq;
+        const int64_t rr = rows[h] + kq;
         if (!SA && refine[h]) {
           const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
 #pragma unroll
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
         }
-        const unsigned char *src = static_cast<const unsigned char *>(c.v) + rr * 2 * D;
+        const unsigned char *src = s_pv[2 * si + h] + (kq * 2 * D + 16 * u);
 #pragma unroll
-        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 16 * (u + 4 * i), src + 16 * (u + 4 * i));
+        for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
       } else if (row_held[h]) {
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i)
-          *reinterpret_cast<uint4 *>(dst + 16 * (u + 4 * i)) = make_uint4(0u, 0u, 0u, 0u);
+          *reinterpret_cast<uint4 *>(dst + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
       }
       row_held[h] = live[h];
     }
     cp_async_commit();
     if (more) {
       if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
-        load_a_async(j0 + kStep2, 0);
-        load_a_async(j0 + kStep2 + kChunk, 1);
+        load_a_async(2 * si + 2, 0);
+        load_a_async(2 * si + 3, 1);
       } else {
-        load_a(j0 + kStep2, ka_n[0], false);
-        load_a(j0 + kStep2 + kChunk, ka_n[1], false);
+        load_a(2 * si + 2, ka[0], false);  // (ka is dead after the coarse dots above)
+        load_a(2 * si + 3, ka[1], false);
       }
     }
     if constexpr (SA) cp_async_commit();  // (an empty group when !more)
@@ -371,8 +475,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (refine[h]) {
-            const int4 *pb =
-                reinterpret_cast<const int4 *>(c.k_b + (half_row(j0 + kChunk * h) + kq) * D);
+            const int4 *pb = reinterpret_cast<const int4 *>(s_pb[2 * si + h] + kq * D);
 #pragma unroll
             for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
           } else {
@@ -394,18 +497,24 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         float vt[2] = {0.0f, 0.0f}, vtl[2] = {0.0f, 0.0f}, vc[2] = {0.0f, 0.0f};
         if (rv) {
           float opw[2] = {0.0f, 0.0f};
+          const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
+          const float sq_r = rc.x, z_r = rc.y;
+          const float *const wr =
+              reinterpret_cast<const float *>(reinterpret_cast<const unsigned char *>(w) + wb +
+                                              4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int bits = vbits[sl] >> (3 * j);
             const bool mlive = (bits & 1) != 0 && mpres[sl][j];
             const bool mref = (bits & 2) != 0 && mlive;
-            if (!mpres[sl][j]) continue;
-            const KeyWeight kw =
-                key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq[r], skj[sl][j], 16 + log2d,
-                           zr[r], pf16, w[r * kWS2 + kl0(sl) + j]);
+            // Absent keys (past the split) run the same selects, branch-free (D): not live, so
+            // pw = pex = 0 as the zeros they kept, and their cut mass is masked to 0 below; their
+            // w entry was written by the coarse step (a finite or not value, only ever masked).
+            const KeyWeight kw = split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq_r,
+                                                   skj[sl][j], 16 + log2d, z_r, pf16, wr[j]);
             vt[j] = kw.pw;
             vtl[j] = kw.pex;
-            vc[j] = kw.cut;
+            vc[j] = mpres[sl][j] ? kw.cut : 0.0f;
             opw[j] = kw.pw;
           }
           reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
@@ -429,32 +538,40 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     else
       cp_async_wait<0>();
     __syncthreads();
-    // Per half, as split_item per chunk: page flushes, the rows' sums in key order (thread
-    // kThreads - 1 - g for row g), the value product.
+    // Per half, as split_item per chunk: page flushes, the rows' sums in key order, the value
+    // product. E: one sum per thread, thread kThreads - 1 - e for e = k G + g (row g's T, T_lse,
+    // cut for k = 0, 1, 2), where one thread per row added all three one after the other: the
+    // same add_rn of the same warp_tree8 per sum, so the same bits. Ownership: cut[g] (e = 2 G + g)
+    // is read, written and reset by that one thread only in the loop (sums and flushes below), so
+    // program order orders them, no barrier needed; the other threads touch ts / tlse / cut /
+    // page_cut only before the first barrier (init) and after the loop's last one (the final
+    // flush and the partial), as before. wsum is written before this step's barrier above and
+    // rewritten only after the barrier that ends the step.
     const int g_first = kThreads - 1 - tid;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int nk = h == 0 ? nkh0 : nkh1;
       if (nk <= 0) continue;
       const int32_t jh = j0 + kChunk * h;
-      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_live8 + 8 * h);
-      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_cut8 + 8 * h) != 0;
-      const bool new_page = ((s_newpage >> ((jh - s0) / kChunk)) & 1u) != 0;
+      // (Byte w is 1 where warp w has a live key: a 16-key step of the value product runs
+      // where its two bytes are not both 0, i.e. where split_item's packed key bits are not.)
+      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * h);
+      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * (2 + h)) != 0;
+      const bool new_page = ((s_newpage >> (2 * si + h)) & 1u) != 0;
       if (new_page && page_has_cut) {
-        for (int g = g_first; g < G; g += kThreads) {
-          page_cut[n_pages * G + g] = cut[g];
-          cut[g] = 0.0f;
+        if (const int e = g_first - 2 * G; e >= 0 && e < G) {  // cut[e]'s owner (see above)
+          page_cut[n_pages * G + e] = cut[e];
+          cut[e] = 0.0f;
         }
         if (tid == 0) s_page_last[n_pages] = jh - 1;
         n_pages += 1;
       }
       if (new_page) page_has_cut = false;
       page_has_cut = page_has_cut || chunk_cut;
-      for (int g = g_first; g < G; g += kThreads) {
-        const float *ws8 = wsum + h * 3 * 8 * RS + g;
-        ts[g] = add_rn(ts[g], warp_tree8(ws8, RS));
-        tlse[g] = add_rn(tlse[g], warp_tree8(ws8 + 8 * RS, RS));
-        cut[g] = add_rn(cut[g], warp_tree8(ws8 + 16 * RS, RS));
+      if (const int e = g_first; e < 3 * G) {  // sum k of row g, ts[e] = ts / tlse / cut[g]
+        const int k = (e >= G ? 1 : 0) + (e >= 2 * G ? 1 : 0), g = e - k * G;
+        const float *ws8 = wsum + h * 3 * 8 * RS + k * 8 * RS + g;
+        ts[e] = add_rn(ts[e], warp_tree8(ws8, RS));
       }
       const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
@@ -462,12 +579,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         pv_mma_chunk_acc_at<D, true, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
       else
         pv_mma_chunk_acc_at<D, false, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
-    }
-    if (!SA && more) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < NP; ++i) ka[h][i] = ka_n[h][i];
     }
     __syncthreads();
   }
@@ -494,8 +605,11 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
         div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
   }
   pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
+  cnt = __reduce_add_sync(0xffffffffu, cnt);
+  if (lane == 0) s_wcount[warp] = cnt;
   __syncthreads();
   // The split's partial, as split_item's (the same products and sums in the same page order).
+  const int64_t row0_end = s_row0;
   for (int e = tid; e < G * D; e += kThreads) {
     const int g = e / D, d = e % D;
     float cn = 0.0f;
@@ -505,18 +619,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       cn = add_rn(cn, mul_rn(page_cut[i * G + g], page_mean[i * D + d]));
     float nsum = 0.0f;
     for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
-    ws.part_n[((row0 + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
+    ws.part_n[((row0_end + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
   }
   for (int g = tid; g < G; g += kThreads) {
     float ct = 0.0f;
     for (int i = 0; i < n_pages; ++i) ct = add_rn(ct, page_cut[i * G + g]);
-    ws.part_t[(row0 + g) * ws.splits + s] = add_rn(ts[g], ct);
-    ws.part_tl[(row0 + g) * ws.splits + s] = add_rn(tlse[g], ct);
+    ws.part_t[(row0_end + g) * ws.splits + s] = add_rn(ts[g], ct);
+    ws.part_tl[(row0_end + g) * ws.splits + s] = add_rn(tlse[g], ct);
   }
   if (tid == 0) {
-    int64_t n[3] = {0, 0, 0};  // keys, live, refined
-    for (int wi = 0; wi < kThreads / 32; ++wi)
-      for (int i = 0; i < 3; ++i) n[i] += (s_wcount[wi] >> (8 * i)) & 0xffu;
+    // Keys: every key of [s0, s1) is present in exactly one (step, half, kq). Live and refined:
+    // the threads' counts over four (each key counted by its four lanes).
+    uint32_t sum = 0u;
+    for (int wi = 0; wi < kThreads / 32; ++wi) sum += s_wcount[wi];
+    const int64_t n[3] = {s1 - s0, (sum & 0xffffu) >> 2, sum >> 18};
     const int64_t bytes =
         n[0] * (D + 2) + n[1] * 2 * D + n[2] * D + static_cast<int64_t>(n_pages) * 4 * D;
     add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], 0, bytes);
@@ -527,12 +643,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 // blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
 // plane A in shared memory, SA).
-template <int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
+template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats) {
   pdl_wait();
-  split2_item<NP, SA, WIDE, RB>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+  split2_item<NP, SA, WIDE, RB, F16>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
@@ -544,21 +660,27 @@ using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, 
 // capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
 // forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange); G 9-16:
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
-inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D) {
+template <bool F16>
+inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
   if (G > 8)
-    return D == 64 ? decode_split2_kernel<1, 2, false, true, 2>
-                   : decode_split2_kernel<2, 2, false, true, 2>;
+    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 2>;
   if (G > 4) {
     if (D == 64)
-      return plan.sa ? decode_split2_kernel<1, 3, true, true>
-                     : decode_split2_kernel<1, 2, false, true>;
-    return plan.sa ? decode_split2_kernel<2, 3, true, true>
-                   : decode_split2_kernel<2, 2, false, true>;
+      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true>
+                     : decode_split2_kernel<F16, 1, 2, false, true>;
+    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true>
+                   : decode_split2_kernel<F16, 2, 2, false, true>;
   }
-  if (plan.sa) return D == 64 ? decode_split2_kernel<1, 3, true> : decode_split2_kernel<2, 3, true>;
-  if (D == 64) return three ? decode_split2_kernel<1, 3> : decode_split2_kernel<1, 2>;
-  return three ? decode_split2_kernel<2, 3> : decode_split2_kernel<2, 2>;
+  if (plan.sa)
+    return D == 64 ? decode_split2_kernel<F16, 1, 3, true> : decode_split2_kernel<F16, 2, 3, true>;
+  if (D == 64) return three ? decode_split2_kernel<F16, 1, 3> : decode_split2_kernel<F16, 1, 2>;
+  return three ? decode_split2_kernel<F16, 2, 3> : decode_split2_kernel<F16, 2, 2>;
+}
+// The instance of a plan for the cache's value dtype (fp16 or bf16 planes, a template parameter).
+inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16) {
+  return f16 ? split2_kernel_dt<true>(plan, G, D) : split2_kernel_dt<false>(plan, G, D);
 }

@@ -74,13 +74,10 @@ FOLD_HD float rint_finite_rne(float x) {
 #endif
 }
 
-// 2^x. x >= 128 gives +inf, x < -125 gives 0 (weights that small never matter: the guard
-// keeps a row's total within [2^-3, 2^14]). Else 2^n * P(f), n = rint(x), f = x - n in
-// [-1/2, 1/2] (exact), P a degree-6 fit of 2^f (relative error < 1e-7 in fp32 Horner).
-FOLD_HD float exp2_fp(float x) {
-  if (!(x < 128.0f)) return bits_to_float(0x7f800000u);
-  if (x < -125.0f) return 0.0f;
-  const float n = rint_finite_rne(x);  // x is finite here
+// exp2_fp's value for -125 <= x < 128: its body, the range tests left to the caller (exp2_fp,
+// exp2_fp_sel).
+FOLD_HD float exp2_fp_in_range(float x) {
+  const float n = rint_finite_rne(x);  // (x is finite)
   const float f = sub_rn(x, n);
   float p = 1.5337577497120947e-4f;
   p = add_rn(mul_rn(p, f), 1.3399859890341759e-3f);
@@ -90,6 +87,28 @@ FOLD_HD float exp2_fp(float x) {
   p = add_rn(mul_rn(p, f), 6.931471824645996e-1f);
   p = add_rn(mul_rn(p, f), 1.0f);
   return mul_rn(p, exp2i(static_cast<int>(n)));
+}
+
+// 2^x. x >= 128 gives +inf, x < -125 gives 0 (weights that small never matter: the guard
+// keeps a row's total within [2^-3, 2^14]). Else 2^n * P(f), n = rint(x), f = x - n in
+// [-1/2, 1/2] (exact), P a degree-6 fit of 2^f (relative error < 1e-7 in fp32 Horner).
+FOLD_HD float exp2_fp(float x) {
+  if (!(x < 128.0f)) return bits_to_float(0x7f800000u);
+  if (x < -125.0f) return 0.0f;
+  return exp2_fp_in_range(x);
+}
+
+// exp2_fp(x) for every x (NaN included), bit for bit, without branches: the polynomial always
+// runs, on x where exp2_fp would (the same operations on the same operand) and on 0 elsewhere
+// (a finite operand: its integer conversion stays defined), and exp2_fp's constants replace
+// its result out of range. For the device, where the branches cost more than this (split2's
+// key weights). The replacement is a mask on the bits: a float select of the polynomial's
+// result, ptxas turned back into a branch around it.
+FOLD_HD float exp2_fp_sel(float x) {
+  const bool above = !(x < 128.0f), below = x < -125.0f;
+  const float r = exp2_fp_in_range(above || below ? 0.0f : x);
+  const uint32_t keep = above || below ? 0u : 0xffffffffu;
+  return bits_to_float((float_to_bits(r) & keep) | (above ? 0x7f800000u : 0u));
 }
 
 // log2(x) for x > 0 (x <= 0 or NaN: -inf; +inf: +inf). x = 2^e * m with m in

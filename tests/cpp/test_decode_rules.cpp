@@ -169,6 +169,29 @@ TEST(Math, Exp2AndLog2AreAccurate) {
   EXPECT_NEAR(log2_fp(std::ldexp(1.0f, -140)), -140.0f, 1e-5f);  // subnormal input
 }
 
+TEST(Math, Exp2SelectFormIsExp2Bitwise) {
+  // exp2_fp_sel (split2's key weights, branch-free) must give exp2_fp's bits for every float,
+  // NaN included (checked for all 2^32 when written): here the range ends, 0 and 127.5 with
+  // their 64 neighbours on each side, and every 4093rd bit pattern (NaNs, infinities included).
+  using fold::bits_to_float;
+  using fold::float_to_bits;
+  std::vector<uint32_t> us;
+  for (const float e : {128.0f, -125.0f, 127.5f, 0.0f, -0.0f})
+    for (uint32_t d = 0; d < 64; ++d) {
+      us.push_back(float_to_bits(e) + d);
+      us.push_back(float_to_bits(e) - d);
+    }
+  for (uint64_t u = 0; u < (1ull << 32); u += 4093) us.push_back(static_cast<uint32_t>(u));
+  us.push_back(0x7f800000u);
+  us.push_back(0xff800000u);
+  us.push_back(0x7fc00000u);
+  us.push_back(0xffffffffu);
+  for (const uint32_t u : us) {
+    const float x = bits_to_float(u);
+    ASSERT_EQ(float_to_bits(exp2_fp_sel(x)), float_to_bits(exp2_fp(x))) << std::hex << u;
+  }
+}
+
 TEST(V8, ExponentHeadroomAndSplitAccuracy) {
   EXPECT_EQ(v_exponent_for(1.0f), -6);
   EXPECT_EQ(v_exponent_for(1.5f), -5);
