@@ -179,7 +179,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
   const int hs = WIDE ? 0 : mg >> 2, r0 = WIDE ? mg : mg & 3;  // row 8 rb + r0
   constexpr int NSL = WIDE ? 2 : 1;                            // (half, two keys) slots per lane
-  constexpr bool pf16 = F16;
   // Layout: every part whose size depends on G last, so that the others sit at compile-time
   // offsets (their addresses were being recomputed under the register bound).
   unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
@@ -511,14 +510,14 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
             // pw = pex = 0 as the zeros they kept, and their cut mass is masked to 0 below; their
             // w entry was written by the coarse step (a finite or not value, only ever masked).
             const KeyWeight kw = split2_key_weight(mlive, mref, ca[rb][sl], cb[rb][sl], j, sq_r,
-                                                   skj[sl][j], 16 + log2d, z_r, pf16, wr[j]);
+                                                   skj[sl][j], 16 + log2d, z_r, F16, wr[j]);
             vt[j] = kw.pw;
             vtl[j] = kw.pex;
             vc[j] = mpres[sl][j] ? kw.cut : 0.0f;
             opw[j] = kw.pw;
           }
           reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
-              pf16 ? pack_operands<true>(opw[0], opw[1]) : pack_operands<false>(opw[0], opw[1]);
+              pack_operands<F16>(opw[0], opw[1]);
         }
         // This warp's 8-key sums of row r in half hh(sl), as split_item's (quad_sum).
         const float st = quad_sum(add_rn(vt[0], vt[1]));
@@ -575,10 +574,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
       const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
-      if (pf16)
-        pv_mma_chunk_acc_at<D, true, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
-      else
-        pv_mma_chunk_acc_at<D, false, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
+      pv_mma_chunk_acc_at<D, F16, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
     }
     __syncthreads();
   }
