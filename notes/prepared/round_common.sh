@@ -1,0 +1,24 @@
+# Sourced by the next_round_*.sh scripts (from the repository root, with OUT set):
+#   source notes/prepared/round_common.sh LIB...
+# lays each library .ab/LIB.so.xz into .gpu-libs/LIB/ with its commit file (the benchmarks'
+# provenance then names the library's commit), and defines L LIB (the library's path), step
+# NAME SECONDS CMD... (runs CMD under a time limit, its output in a log kept outside $OUT, a line
+# and the log's tail in $OUT/summary.txt, the logs re-packed into $OUT/logs.tgz after every step,
+# so a cut-off call still returns them: the device returns a limited number of files), and KT /
+# SH, the per-kernel decode times and the six shapes both scripts time.
+export PYTHONPATH=$PWD/python:$PWD/scripts:$PWD PYTHONUNBUFFERED=1
+LOGS=$(mktemp -d)/logs && mkdir -p "$LOGS"
+for n in "$@"; do
+  mkdir -p .gpu-libs/$n && xz -dc .ab/$n.so.xz > .gpu-libs/$n/libfold_attention.so
+  cp .ab/$n.commit .gpu-libs/$n/commit
+done
+L() { echo "$PWD/.gpu-libs/$1/libfold_attention.so"; }
+step() {
+  local name=$1 limit=$2; shift 2; local s=$(date +%s)
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - s ))s" >> "$OUT/summary.txt"
+  tail -n 3 "$LOGS/$name.log" >> "$OUT/summary.txt"
+  tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
+}
+KT="python3 scripts/decode_kernel_times.py --screened-only --shapes"
+SH="128,4096,32,8,128;1,32768,32,8,128;1,2048,9,3,64;1,8192,9,3,64;32,32768,32,2,128;32,16384,32,8,64"
