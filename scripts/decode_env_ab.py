@@ -1,0 +1,89 @@
+"""A/B of a decode knob read per call (an environment variable), graphed and interleaved in one
+process: for each shape, one CUDA graph of the attend is captured per value of the variable
+(the launcher reads it at capture), then the graphs are replayed in alternating order over
+several rounds (L2 flushed before each replay), so that drift of the GPU's clocks falls on every
+arm alike. Prints each arm's median over rounds of the per-round median, and its ratio to the
+first arm's.
+
+python scripts/decode_env_ab.py --env FOLD_DECODE_RING_BLOCKS --values "0,-" --dense-only \
+    --shapes "128,4096,32,8,128;1,32768,32,8,128" [--rounds 7] [--reps 10]
+("-" leaves the variable unset; the cache is the decode protocol's synthetic one, as in
+decode_kernel_times.py; needs a GPU and a CUDA build; FOLD_ATTENTION_LIBRARY may name the .so)
+"""
+
+import os
+import statistics
+import sys
+
+import torch
+
+from fold_attention.decode import decode_step_cuda
+from graph_timing import flush_l2
+
+sys.path.insert(0, ".")  # the repository root: the protocol's cache builders
+from benchmarks.arms.fold import build_cache  # noqa: E402
+from benchmarks.decode import synthetic_problem  # noqa: E402
+
+
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+ENV = arg("--env", "")
+VALUES = arg("--values", "").split(",")
+if not ENV or len(VALUES) < 2:
+    sys.exit("usage: --env NAME --values A,B[,...] (see the docstring)")
+SHAPES = [tuple(int(x) for x in s.split(",")) for s in arg("--shapes", "").split(";") if s]
+DEPTHS = [None] if "--dense-only" in sys.argv else [16.0] if "--screened-only" in sys.argv \
+    else [None, 16.0]
+ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))
+dev = torch.device("cuda")
+
+
+def set_env(value):
+    if value == "-":
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = value
+
+
+def replay_median(g):
+    ts = []
+    for _ in range(REPS):
+        flush_l2()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(ts)
+
+
+print(f"{ENV}: arms {VALUES}; {ROUNDS} rounds x {REPS} replays, interleaved", flush=True)
+for B, L, H, Hkv, D in SHAPES:
+    for depth in DEPTHS:
+        prob = synthetic_problem(B, L, H, Hkv, D)
+        cache, q = build_cache(prob, depth, False), prob.q
+        out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
+        lse = torch.empty(B, H, dtype=torch.float32, device=dev)
+        graphs = []
+        for v in VALUES:
+            set_env(v)
+            decode_step_cuda(cache, q, None, None, out, lse)  # warm-up (and any lazy setup)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                decode_step_cuda(cache, q, None, None, out, lse)
+            graphs.append(g)
+        set_env(VALUES[0])
+        t = [[] for _ in VALUES]
+        for r in range(ROUNDS):
+            order = range(len(VALUES)) if r % 2 == 0 else reversed(range(len(VALUES)))
+            for i in order:
+                t[i].append(replay_median(graphs[i]))
+        med = [statistics.median(x) for x in t]
+        cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
+        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: {cells}", flush=True)
+        del graphs, cache, q
+        torch.cuda.empty_cache()
