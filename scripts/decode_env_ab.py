@@ -8,7 +8,9 @@ first arm's.
 python scripts/decode_env_ab.py --env FOLD_DECODE_RING_BLOCKS --values "0,-" --dense-only \
     --shapes "128,4096,32,8,128;1,32768,32,8,128" [--rounds 7] [--reps 10]
 ("-" leaves the variable unset; the cache is the decode protocol's synthetic one, as in
-decode_kernel_times.py; needs a GPU and a CUDA build; FOLD_ATTENTION_LIBRARY may name the .so)
+decode_kernel_times.py; --spare F gives it F times the length's capacity, so that the split grid,
+which follows the capacity, holds (F - 1) / F empty splits; needs a GPU and a CUDA build;
+FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
 import os
@@ -37,6 +39,7 @@ SHAPES = [tuple(int(x) for x in s.split(",")) for s in arg("--shapes", "").split
 DEPTHS = [None] if "--dense-only" in sys.argv else [16.0] if "--screened-only" in sys.argv \
     else [None, 16.0]
 ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))
+SPARE = int(arg("--spare", "1"))
 dev = torch.device("cuda")
 
 
@@ -64,7 +67,7 @@ print(f"{ENV}: arms {VALUES}; {ROUNDS} rounds x {REPS} replays, interleaved", fl
 for B, L, H, Hkv, D in SHAPES:
     for depth in DEPTHS:
         prob = synthetic_problem(B, L, H, Hkv, D)
-        cache, q = build_cache(prob, depth, False), prob.q
+        cache, q = build_cache(prob, depth, False, max_len=SPARE * L + 64), prob.q
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
         graphs = []
@@ -84,6 +87,7 @@ for B, L, H, Hkv, D in SHAPES:
                 t[i].append(replay_median(graphs[i]))
         med = [statistics.median(x) for x in t]
         cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
-        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: {cells}", flush=True)
+        spare = f" max_len={SPARE * L + 64}" if SPARE > 1 else ""
+        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}{spare}: {cells}", flush=True)
         del graphs, cache, q
         torch.cuda.empty_cache()

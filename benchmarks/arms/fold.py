@@ -109,12 +109,15 @@ def _cache_stats(cache) -> Dict[str, Any]:
     return {}
 
 
-def build_cache(p: DecodeProblem, depth: Optional[int], v8: bool, prefill_q: Optional[torch.Tensor] = None):
-    """A FoldKVCache holding p.k/p.v (one request per batch row, full length)."""
+def build_cache(p: DecodeProblem, depth: Optional[int], v8: bool, prefill_q: Optional[torch.Tensor] = None,
+                max_len: Optional[int] = None):
+    """A FoldKVCache holding p.k/p.v (one request per batch row, full length); its capacity
+    max_len (default the length + 64)."""
     fa = import_fold()
     B, H, Hkv, L, D = p.batch, p.heads, p.kv_heads, p.context, p.head_dim
     try:
-        cache = fa.FoldKVCache(batch=B, n_heads=H, n_kv_heads=Hkv, head_dim=D, max_len=L + 64,
+        cache = fa.FoldKVCache(batch=B, n_heads=H, n_kv_heads=Hkv, head_dim=D,
+                               max_len=max_len if max_len is not None else L + 64,
                                depth=depth, v8=v8, dtype=p.q.dtype, device=p.q.device)
         k = p.k.transpose(1, 2).reshape(B * L, Hkv, D)
         v = p.v.transpose(1, 2).reshape(B * L, Hkv, D)
