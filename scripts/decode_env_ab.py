@@ -20,7 +20,7 @@ import sys
 import torch
 
 from fold_attention.decode import decode_step_cuda
-from graph_timing import flush_l2
+from graph_timing import replay_times
 
 sys.path.insert(0, ".")  # the repository root: the protocol's cache builders
 from benchmarks.arms.fold import build_cache  # noqa: E402
@@ -50,19 +50,6 @@ def set_env(value):
         os.environ[ENV] = value
 
 
-def replay_median(g):
-    ts = []
-    for _ in range(REPS):
-        flush_l2()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(ts)
-
-
 print(f"{ENV}: arms {VALUES}; {ROUNDS} rounds x {REPS} replays, interleaved", flush=True)
 for B, L, H, Hkv, D in SHAPES:
     for depth in DEPTHS:
@@ -84,7 +71,7 @@ for B, L, H, Hkv, D in SHAPES:
         for r in range(ROUNDS):
             order = range(len(VALUES)) if r % 2 == 0 else reversed(range(len(VALUES)))
             for i in order:
-                t[i].append(replay_median(graphs[i]))
+                t[i].append(statistics.median(replay_times(graphs[i], REPS)))
         med = [statistics.median(x) for x in t]
         cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
         spare = f" max_len={SPARE * L + 64}" if SPARE > 1 else ""

@@ -13,14 +13,9 @@ def flush_l2():
     _flush.zero_()
 
 
-def graphed_median(fn, reps=20):
-    """fn() captured once in a CUDA graph (after one eager warm-up call), then replayed reps
-    times, each after flush_l2(); the median replay time in microseconds."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+def replay_times(g, reps):
+    """g (a captured torch.cuda.CUDAGraph) replayed reps times, each after flush_l2(); the
+    replay times in microseconds."""
     ts = []
     for _ in range(reps):
         flush_l2()
@@ -30,4 +25,16 @@ def graphed_median(fn, reps=20):
         e.record()
         torch.cuda.synchronize()
         ts.append(s.elapsed_time(e) * 1e3)
+    return ts
+
+
+def graphed_median(fn, reps=20):
+    """fn() captured once in a CUDA graph (after one eager warm-up call), then replayed reps
+    times, each after flush_l2(); the median replay time in microseconds."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ts = replay_times(g, reps)
     return sorted(ts)[len(ts) // 2]
