@@ -37,6 +37,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -383,6 +384,7 @@ struct Ws {
   int32_t *newlen, *rej;     // the step's append (AppendArgs)
   int32_t *nflag, *flist;    // the flagged groups (pass 1 runs over this list)
   int32_t *p1done;           // [B * Hkv]: pass-1 split blocks done
+  int32_t *ring_next;        // the dense ring's next item (reset by the front)
   int32_t splits;
 };
 
@@ -553,7 +555,10 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
     ws.bad[static_cast<int64_t>(b) * H + hk * G + g] = 0;
   if (tid == 0 && first_block) ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] = 0;
   if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {  // the step's counters
-    if (tid == 0) *ws.nflag = 0;
+    if (tid == 0) {
+      *ws.nflag = 0;
+      *ws.ring_next = 0;
+    }
     if (stats != nullptr && tid < FOLD_DECODE_CUDA_STATS) stats[tid] = 0;
   }
   // (Returns before the group's counters are reset, at the end: they are read only for groups
@@ -1818,8 +1823,15 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
          env_on("FOLD_DECODE_RING");
 }
 
-// grid (splits, Hkv, B), 288 threads, D = 64 NP, RBM >= the group's row blocks (a power of two:
-// the accumulators are indexed at compile time).
+// A 1-D grid over the items (split, KV head, request), split fastest: one block per item
+// (block x takes item x), or, by default, as many blocks as are resident at once, each fetching
+// items from a counter until none is left (the producer streams the next item's chunks into the
+// ring while the consumers finish the current one; a block's start, its barrier setup and first
+// chunk's latency, is paid once per SM slot, not once per item; and faster blocks take more
+// items, as the hardware's block scheduler would have). Which block takes an item changes no
+// value: an item's sums are its own, in a fixed order.
+// 288 threads, D = 64 NP, RBM >= the group's row blocks (a power of two: the accumulators are
+// indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
 template <int NP, int RBM, bool F16>
@@ -1842,13 +1854,19 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   const uint32_t raw_addr = smem_u32(smem_raw);
   unsigned char *smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
   __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
-  __shared__ int64_t s_rowbase[kSplitKeys / kChunk];
-  const int s = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const int32_t L = c.lengths[b];
-  const int32_t s0 = s * kSplitKeys;
-  if (s0 >= L) return;  // (pass 0 only: pass 1 runs the plain split)
-  const int32_t s1 = min(L, s0 + kSplitKeys);
+  // The consumers' current item (split, KV head, request, keys): read back after the chunk loop
+  // rather than kept in registers over it (the D 64 instances sit at the register bound).
+  __shared__ int s_item[4];
+  // Per stage: the item whose first chunk it holds, or -1: no more items. The producer writes it
+  // after its wait for the stage's empty phase and before its (release) arrival on the stage's
+  // full barrier; the consumers read it after their (acquire) wait on that barrier. Both as
+  // relaxed shared-memory atomics: the mbarriers order them, and racecheck (which reported the
+  // plain store and loads of this exchange, session 19) does not count atomics as hazards.
+  // (st.async, which would complete the stage's transaction bytes, requires a cluster of more
+  // than one CTA: undefined here.)
+  __shared__ int s_hdr[kRingStages];
   const int H = p.n_heads, G = H / c.n_kv_heads;
+  const int items = ws.splits * c.n_kv_heads * c.batch;  // < 2^31 (the launcher checks)
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = (tid & (kThreads - 1)) >> 2, u = tid & 3;  // screen layout (consumers)
   const int nrb = (G + 7) / 8, RS = 8 * nrb;
@@ -1860,10 +1878,48 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   float *tlw = tw + 8 * RS;                                          // [8 warps][RS]: T_lse
   float *nred = tlw + 8 * RS;                                        // [RS][D]: D 64's 2nd half
   float *sq = nred + (KP == 2 ? RS * D : 0), *zr = sq + G;
-  const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
-  const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
+  // Fetching blocks (a grid smaller than the items): [batch + 1], the requests' first items in
+  // the fetched numbering, which counts only items with keys (request-major, then KV head, then
+  // split), so that no block spends a fetch on an empty split (the grid follows the cache's
+  // capacity, not its lengths).
+  int *s_first = reinterpret_cast<int *>(zr + G);
+  const bool fetch = static_cast<int>(gridDim.x) < items;
+  // An item's split, KV head, request and key range [s0, s1). One block per item: item x of the
+  // capacity's grid (empty when s0 >= the length: pass 0 only, pass 1 runs the plain split).
+  // Fetching: item x of the fetched numbering (never empty; after the block's s_first is set).
+  struct Item {
+    int s, hk, b;
+    int32_t s0, s1;
+  };
+  const auto item_at = [&](int it) {
+    Item x;
+    if (fetch) {
+      // The request: the last b with s_first[b] <= it (s_first[0] = 0 <= it < s_first[batch]).
+      int lo = 0, hi = c.batch;
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (s_first[mid] <= it)
+          lo = mid;
+        else
+          hi = mid;
+      }
+      const int r = it - s_first[lo];
+      const int n = (s_first[lo + 1] - s_first[lo]) / c.n_kv_heads;  // the request's splits (> 0)
+      x.b = lo;
+      x.hk = r / n;
+      x.s = r - x.hk * n;
+    } else {
+      x.s = it % ws.splits;
+      const int gh = it / ws.splits;
+      x.hk = gh % c.n_kv_heads;
+      x.b = gh / c.n_kv_heads;
+    }
+    const int32_t L = c.lengths[x.b];
+    x.s0 = x.s * kSplitKeys;
+    x.s1 = min(L, x.s0 + kSplitKeys);
+    return x;
+  };
 
-  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
   if (tid == 0) {
     for (int st = 0; st < kRingStages; ++st) {
       mbar_init(&full[st], 1);
@@ -1877,54 +1933,88 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     tma_prefetch_descriptor(&bmap);
     tma_prefetch_descriptor(&smap);
   }
-  if (tid < kThreads) {
-    // As decode_split_kernel: q planes as MMA A fragments, per-row values; zeroed weights (rows
-    // >= G stay zero) and row sums.
-    load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
-    for (int g = tid; g < G; g += kThreads) {
-      sq[g] = ws.sq[row0 + g];
-      zr[g] = ws.z[row0 + g];
-    }
+  // Zeroed weights: rows >= G are never written and stay zero over the items.
+  if (tid < kThreads)
     for (int e = tid; e < RS * kWRow / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
-    for (int e = tid; e < 16 * RS; e += kThreads) tw[e] = 0.0f;  // tw and tlw
+  if (fetch) {
+    // s_first: the requests' item counts (KV heads x splits with keys), loaded by every thread
+    // (the lengths' loads in parallel), then scanned in place by warp 0, 32 requests per round.
+    for (int b = tid; b < c.batch; b += kRingThreads) {
+      const int32_t L = c.lengths[b];
+      s_first[b + 1] = L > 0 ? (L + kSplitKeys - 1) / kSplitKeys * c.n_kv_heads : 0;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      int carry = 0;
+      if (lane == 0) s_first[0] = 0;
+      for (int b0 = 0; b0 < c.batch; b0 += 32) {
+        const int b = b0 + lane;
+        int x = b < c.batch ? s_first[b + 1] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, x, o);
+          if (lane >= o) x += y;
+        }
+        if (b < c.batch) s_first[b + 1] = carry + x;
+        carry += __shfl_sync(0xffffffffu, x, 31);
+      }
+    }
   }
   __syncthreads();
+  // The items to take: fetched ones (with keys), or the capacity's grid.
+  const int n_items = fetch ? s_first[c.batch] : items;
 
-  if (warp == kThreads / 32) {  // the producer warp
-    for (int ci = 0; ci < nchunks; ++ci) {
-      const int st = ci % kRingStages;
-      const uint32_t round = static_cast<uint32_t>(ci / kRingStages);
-      if (ci >= kRingStages) producer_wait(&empty[st], (round - 1u) & 1u);
-      const int nk = min(kChunk, s1 - (s0 + ci * kChunk));
-      const int64_t r = s_rowbase[ci];
-      unsigned char *dst = ring + st * SB;
-      if (lane == 0) {
-        // Every copy is a TMA box of 64 rows (the chunk's page rows past nk, or zeros past the
-        // pool, are moved too and never read): the expected bytes do not depend on nk. Tensor
-        // copies, not plain bulk copies: compute-sanitizer's racecheck orders the consumers'
-        // reads of tensor copies through the full barrier but reported every read of a plain
-        // bulk copy as a race (notes/decode.md section 15).
-        mbar_arrive_expect_tx(&full[st], 256u * D + 128u);
+  if (warp == kThreads / 32) {  // the producer warp: every chunk of the block's items, in order
+    // A grid of one block per item: block x takes item x. A smaller grid: each block fetches
+    // items from ws.ring_next (reset by the front) until none is left, so that the blocks that
+    // go faster take more of them, and the next item's chunks stream in while the consumers
+    // finish the current one.
+    uint32_t gci = 0;  // chunks over the block's items: the ring's stage and round
+    int it = blockIdx.x;
+    if (fetch) it = __shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(ws.ring_next, 1) : 0, 0);
+    while (it < n_items) {
+      // The next item's fetch, issued now: its latency overlaps this item's chunks.
+      int next = n_items;
+      if (fetch && lane == 0) next = atomicAdd(ws.ring_next, 1);
+      const Item cur = item_at(it);
+      for (int32_t j0 = cur.s0; j0 < cur.s1; j0 += kChunk, ++gci) {
+        const int st = static_cast<int>(gci % kRingStages);
+        const uint32_t round = gci / kRingStages;
+        // The page table's read before the wait: its latency overlaps the consumers' work.
+        const int64_t r = key_row(c, cur.b, cur.hk, j0);
+        if (gci >= kRingStages) producer_wait(&empty[st], (round - 1u) & 1u);
+        unsigned char *dst = ring + st * SB;
+        if (lane == 0) {
+          // Every copy is a TMA box of 64 rows (the chunk's page rows past nk, or zeros past the
+          // pool, are moved too and never read): the expected bytes do not depend on nk. Tensor
+          // copies, not plain bulk copies: compute-sanitizer's racecheck orders the consumers'
+          // reads of tensor copies through the full barrier but reported every read of a plain
+          // bulk copy as a race (notes/decode.md section 15). An item's first chunk also carries
+          // the item (4 bytes more).
+          if (j0 == cur.s0) atomicExch(&s_hdr[st], it);
+          mbar_arrive_expect_tx(&full[st], 256u * D + 128u);
 #pragma unroll
-        for (int pn = 0; pn < D / 64; ++pn)
-          tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
-        tma_load_2d(dst + 128 * D, &amap, &full[st], 0, static_cast<int32_t>(r));
-        tma_load_2d(dst + 192 * D, &bmap, &full[st], 0, static_cast<int32_t>(r));
-        tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
+          for (int pn = 0; pn < D / 64; ++pn)
+            tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
+          tma_load_2d(dst + 128 * D, &amap, &full[st], 0, static_cast<int32_t>(r));
+          tma_load_2d(dst + 192 * D, &bmap, &full[st], 0, static_cast<int32_t>(r));
+          tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
+        }
       }
+      it = fetch ? __shfl_sync(0xffffffffu, next, 0) : n_items;
+    }
+    // The end: one more stage, without data, whose header tells the consumers so.
+    const int st = static_cast<int>(gci % kRingStages);
+    if (gci >= kRingStages) producer_wait(&empty[st], (gci / kRingStages - 1u) & 1u);
+    if (lane == 0) {
+      atomicExch(&s_hdr[st], -1);
+      mbar_arrive(&full[st]);
     }
     return;
   }
 
   const int mg = lane >> 2, mt = lane & 3;
   const int mtile = warp % MT, kpart = warp / MT;
-  float acc[RBM][4];
-#pragma unroll
-  for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
-  // RBM 1 (G <= 8): this warp's row sums (lanes with mt == 0: row mg) stay in registers over
-  // the chunks, the same additions in the same order as the shared-memory running sums that
-  // larger groups keep, written once after the loop.
-  float tsum = 0.0f, tlsum = 0.0f;
   // ldmatrix row addresses. A = V^T of keys k0 .. k0 + 15, columns 16 mtile ..: matrix q = lane /
   // 8 holds columns + 8 (q & 1), keys + 8 (q >> 1); its row lane % 8 is one key's 8 values, the
   // 16-byte piece jd = 2 mtile + (q & 1) of the key's row: panel jd / 8, at piece (jd % 8) ^
@@ -1936,135 +2026,175 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // addresses from lanes 0-15 (ldmatrix .x2).
   const uint32_t b_base =
       smem_u32(wop) + static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
-  for (int ci = 0; ci < nchunks; ++ci) {
-    const int st = ci % kRingStages;
-    const int32_t j0 = s0 + ci * kChunk;
-    const int nk = min(kChunk, s1 - j0);
-    mbar_wait(&full[st], static_cast<uint32_t>(ci / kRingStages) & 1u);
-    unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
-    const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
-    const bool present = kq < nk;
-    if (nk < kChunk) {
-      // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
-      // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
-      // Every panel's whole rows, so the swizzle does not matter.
-      const int end = min(kChunk, (nk + 15) & ~15);
-      for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
-        const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
-        reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
+  uint32_t gci = 0;  // chunks over the block's items, as the producer counts them
+  for (;;) {
+    // The next item, from the header of the stage that holds its first chunk (the wait is
+    // repeated in the chunk loop: the phase cannot move on before this stage is released).
+    mbar_wait(&full[gci % kRingStages], (gci / kRingStages) & 1u);
+    const int it = atomicAdd(&s_hdr[gci % kRingStages], 0);
+    if (it < 0) break;  // (every consumer thread reads -1 here: the producer's last stage)
+    int32_t s0, s1;
+    {
+      const Item cur = item_at(it);  // (not empty: the producer sends only items with keys)
+      s0 = cur.s0;
+      s1 = cur.s1;
+      const int64_t row0 = static_cast<int64_t>(cur.b) * H + cur.hk * G;
+      if (tid == 0) {
+        s_item[0] = cur.s;
+        s_item[1] = cur.hk;
+        s_item[2] = cur.b;
+        s_item[3] = s1 - s0;
       }
-    }
-    int4 ka[NP], kb[NP];
-#pragma unroll
-    for (int i = 0; i < NP; ++i) {
-      ka[i] =
-          present ? reinterpret_cast<const int4 *>(sa + kq * D)[u + 4 * i] : make_int4(0, 0, 0, 0);
-      kb[i] =
-          present ? reinterpret_cast<const int4 *>(sb + kq * D)[u + 4 * i] : make_int4(0, 0, 0, 0);
-    }
-    const float skj[2] = {bf16_bits_to_float(ssc[8 * warp + 2 * mt]),
-                          bf16_bits_to_float(ssc[8 * warp + 2 * mt + 1])};
-    // Weights of every present key (dense: all live and refined), as decode_split_kernel; zero
-    // for keys past the split. Lane (g, t): row 8 rb + g, keys 8 warp + 2t + j.
-    const bool any_present = __any_sync(0xffffffffu, present);
-    bool mpres[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
-    for (int rb = 0; rb < (RBM == 1 ? 1 : nrb); ++rb) {  // (RBM 1: nrb is 1)
-      int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
-      if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
-      const int r = 8 * rb + mg;
-      float pw[2] = {0.0f, 0.0f}, pex[2] = {0.0f, 0.0f};
-      if (r < G) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          if (!mpres[j]) continue;
-          const float ell = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
-                                       logit_multiplier(sq[r], skj[j], 16 + log2d));
-          pex[j] = exp2_fp(sub_rn(ell, zr[r]));
-          pw[j] = round_operand(pex[j], F16);
-        }
-        reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
-            pack_operands<F16>(pw[0], pw[1]);
+      // As decode_split_kernel: q planes as MMA A fragments, per-row values, zeroed row sums.
+      load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
+      for (int g = tid; g < G; g += kThreads) {
+        sq[g] = ws.sq[row0 + g];
+        zr[g] = ws.z[row0 + g];
       }
-      // This warp's row sums over its 8 keys (fixed order: pairs, then the 4 lanes' tree).
-      float t = add_rn(pw[0], pw[1]), tl = add_rn(pex[0], pex[1]);
-      t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 1));
-      tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 1));
-      t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 2));
-      tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 2));
-      if constexpr (RBM == 1) {
-        tsum = add_rn(tsum, t);  // (kept by lanes mt == 0, rows r < G only)
-        tlsum = add_rn(tlsum, tl);
-      } else if (mt == 0 && r < G) {
-        tw[warp * RS + r] = add_rn(tw[warp * RS + r], t);
-        tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
-      }
+      for (int e = tid; e < 16 * RS; e += kThreads) tw[e] = 0.0f;  // tw and tlw
     }
     named_bar_sync(1, kThreads);
-    // N^T: this warp's m tile x every row block, over its part of the chunk's keys.
+    float acc[RBM][4];
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      const int k0 = kpart * (kChunk / KP) + 16 * kk;
-      if (k0 >= nk) break;
-      uint32_t a[4];
-      ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
+    for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    // RBM 1 (G <= 8): this warp's row sums (lanes with mt == 0: row mg) stay in registers over
+    // the chunks, the same additions in the same order as the shared-memory running sums that
+    // larger groups keep, written once after the loop.
+    float tsum = 0.0f, tlsum = 0.0f;
+    for (int32_t j0 = s0; j0 < s1; j0 += kChunk, ++gci) {
+      const int st = static_cast<int>(gci % kRingStages);
+      const int nk = min(kChunk, s1 - j0);
+      mbar_wait(&full[st], (gci / kRingStages) & 1u);
+      unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
+      const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
+      const bool present = kq < nk;
+      if (nk < kChunk) {
+        // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
+        // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
+        // Every panel's whole rows, so the swizzle does not matter.
+        const int end = min(kChunk, (nk + 15) & ~15);
+        for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
+          const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
+          reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        // These generic writes precede the producer's next TMA into the stage (the next item's).
+        fence_proxy_async();
+      }
+      int4 ka[NP], kb[NP];
 #pragma unroll
-      for (int nb = 0; nb < RBM; ++nb) {
-        if (nb < nrb) {
-          uint32_t bw[2];  // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
-          ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
-          mma_16<F16>(acc[nb], a, bw[0], bw[1]);
+      for (int i = 0; i < NP; ++i) {
+        ka[i] = present ? reinterpret_cast<const int4 *>(sa + kq * D)[u + 4 * i]
+                        : make_int4(0, 0, 0, 0);
+        kb[i] = present ? reinterpret_cast<const int4 *>(sb + kq * D)[u + 4 * i]
+                        : make_int4(0, 0, 0, 0);
+      }
+      const float skj[2] = {bf16_bits_to_float(ssc[8 * warp + 2 * mt]),
+                            bf16_bits_to_float(ssc[8 * warp + 2 * mt + 1])};
+      // Weights of every present key (dense: all live and refined), as decode_split_kernel; zero
+      // for keys past the split. Lane (g, t): row 8 rb + g, keys 8 warp + 2t + j.
+      const bool any_present = __any_sync(0xffffffffu, present);
+      bool mpres[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
+      for (int rb = 0; rb < (RBM == 1 ? 1 : nrb); ++rb) {  // (RBM 1: nrb is 1)
+        int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
+        if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
+        const int r = 8 * rb + mg;
+        float pw[2] = {0.0f, 0.0f}, pex[2] = {0.0f, 0.0f};
+        if (r < G) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (!mpres[j]) continue;
+            const float ell = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
+                                         logit_multiplier(sq[r], skj[j], 16 + log2d));
+            pex[j] = exp2_fp(sub_rn(ell, zr[r]));
+            pw[j] = round_operand(pex[j], F16);
+          }
+          reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
+              pack_operands<F16>(pw[0], pw[1]);
+        }
+        // This warp's row sums over its 8 keys (fixed order: pairs, then the 4 lanes' tree).
+        float t = add_rn(pw[0], pw[1]), tl = add_rn(pex[0], pex[1]);
+        t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 1));
+        tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 1));
+        t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 2));
+        tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 2));
+        if constexpr (RBM == 1) {
+          tsum = add_rn(tsum, t);  // (kept by lanes mt == 0, rows r < G only)
+          tlsum = add_rn(tlsum, tl);
+        } else if (mt == 0 && r < G) {
+          tw[warp * RS + r] = add_rn(tw[warp * RS + r], t);
+          tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
         }
       }
-    }
-    named_bar_sync(1, kThreads);  // the stage and the weights are free again
-    // Each warp releases the stage for itself (lane 0 after the warp's reads): the stage's
-    // readers order before the producer's next copy through the barrier they arrive on.
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[st]);
-  }
-  if (RBM == 1 && mt == 0 && mg < G) {
-    tw[warp * RS + mg] = tsum;
-    tlw[warp * RS + mg] = tlsum;
-  }
-  // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
-  // shared memory, added after the first's (a fixed order).
-  if (KP == 2 && kpart == 1) {
+      named_bar_sync(1, kThreads);
+      // N^T: this warp's m tile x every row block, over its part of the chunk's keys.
 #pragma unroll
-    for (int nb = 0; nb < RBM; ++nb)
+      for (int kk = 0; kk < KS; ++kk) {
+        const int k0 = kpart * (kChunk / KP) + 16 * kk;
+        if (k0 >= nk) break;
+        uint32_t a[4];
+        ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
-        if (nb < nrb) nred[g * D + d] = acc[nb][i];
-      }
-  }
-  named_bar_sync(1, kThreads);
-  if (kpart == 0) {
-#pragma unroll
-    for (int nb = 0; nb < RBM; ++nb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
-        if (nb < nrb && g < G) {
-          const float n = KP == 2 ? add_rn(acc[nb][i], nred[g * D + d]) : acc[nb][i];
-          ws.part_n[((row0 + g) * ws.splits + s) * D + d] = n;
+        for (int nb = 0; nb < RBM; ++nb) {
+          if (nb < nrb) {
+            uint32_t bw[2];  // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
+            ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
+            mma_16<F16>(acc[nb], a, bw[0], bw[1]);
+          }
         }
       }
-  }
-  for (int g = tid; g < G; g += kThreads) {
-    float t = 0.0f, tl = 0.0f;  // the warps in order
-    for (int i = 0; i < 8; ++i) {
-      t = add_rn(t, tw[i * RS + g]);
-      tl = add_rn(tl, tlw[i * RS + g]);
+      named_bar_sync(1, kThreads);  // the stage and the weights are free again
+      // Each warp releases the stage for itself (lane 0 after the warp's reads): the stage's
+      // readers order before the producer's next copy through the barrier they arrive on.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st]);
     }
-    ws.part_t[(row0 + g) * ws.splits + s] = t;
-    ws.part_tl[(row0 + g) * ws.splits + s] = tl;
-  }
-  if (tid == 0) {
-    const int64_t keys = s1 - s0;
-    const int64_t bytes = keys * (D + 2) + keys * 2 * D + keys * D;
-    add_split_stats(c, ws, stats, pass, b, hk, keys, keys, keys, 0, bytes);
+    if (RBM == 1 && mt == 0 && mg < G) {
+      tw[warp * RS + mg] = tsum;
+      tlw[warp * RS + mg] = tlsum;
+    }
+    // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
+    // shared memory, added after the first's (a fixed order).
+    if (KP == 2 && kpart == 1) {
+#pragma unroll
+      for (int nb = 0; nb < RBM; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+          if (nb < nrb) nred[g * D + d] = acc[nb][i];
+        }
+    }
+    named_bar_sync(1, kThreads);
+    const int s = s_item[0], hk = s_item[1], b = s_item[2];
+    const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
+    if (kpart == 0) {
+#pragma unroll
+      for (int nb = 0; nb < RBM; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+          if (nb < nrb && g < G) {
+            const float n = KP == 2 ? add_rn(acc[nb][i], nred[g * D + d]) : acc[nb][i];
+            ws.part_n[((row0 + g) * ws.splits + s) * D + d] = n;
+          }
+        }
+    }
+    for (int g = tid; g < G; g += kThreads) {
+      float t = 0.0f, tl = 0.0f;  // the warps in order
+      for (int i = 0; i < 8; ++i) {
+        t = add_rn(t, tw[i * RS + g]);
+        tl = add_rn(tl, tlw[i * RS + g]);
+      }
+      ws.part_t[(row0 + g) * ws.splits + s] = t;
+      ws.part_tl[(row0 + g) * ws.splits + s] = tl;
+    }
+    if (tid == 0) {
+      const int64_t keys = s_item[3];
+      const int64_t bytes = keys * (D + 2) + keys * 2 * D + keys * D;
+      add_split_stats(c, ws, stats, pass, b, hk, keys, keys, keys, 0, bytes);
+    }
+    named_bar_sync(1, kThreads);  // q fragments, sq, zr, the row sums: free for the next item
   }
   pdl_trigger();
 }
@@ -2720,6 +2850,7 @@ Ws carve(const DecodeWorkspace &w) {
   ws.nflag = w.nflag;
   ws.flist = w.flist;
   ws.p1done = w.p1done;
+  ws.ring_next = w.ring_next;
   ws.splits = w.splits;
   return ws;
 }
@@ -2888,10 +3019,45 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     }
   }
   // Pass 0: every group.
-  if (ring)
-    launch_k(split_ring, split_grid, dim3(kRingThreads), smem_ring, stream, pdl,
+  if (ring) {
+    // Where the items (the capacity's) number at least four times the blocks resident at once
+    // (default), that many blocks, each fetching items with keys from a counter; else one block
+    // per item (graphed and
+    // interleaved on the H200, notes/decode.md section 27: -6.1% at D 64 B32 L16K, -2.8% at
+    // G 16, +-0.4% at G 4 / 8 with 2,048-8,192 items, +2.1% at B1 L32K's 512).
+    // FOLD_DECODE_RING_BLOCKS=0: one block per item; =N > 0: at most N blocks (tests: several
+    // items per block on a small cache). Scheduling only: no value depends on it.
+    const int64_t items = static_cast<int64_t>(w.splits) * c.n_kv_heads * c.batch;
+    // (The counter ends at items + the grid: every block's last fetch overshoots once.)
+    if (items > INT32_MAX / 2)
+      fail(FOLD_ERR_UNSUPPORTED, "decode: batch x KV heads x splits exceeds 2^30");
+    // Fetching blocks also hold the requests' first items (batch + 1 ints: up to 4 KB, so only
+    // up to 1,024 requests, and only where it costs no resident block; else one block per item).
+    const size_t smem_fetch = smem_ring + static_cast<size_t>(c.batch + 1) * 4;
+    const auto resident = [&](size_t bytes) {
+      set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(bytes),
+                           "decode_split_ring_kernel");
+      return static_cast<int64_t>(
+                 resident_blocks(reinterpret_cast<const void *>(split_ring), kRingThreads, bytes)) *
+             sm_count();
+    };
+    // (Fetching only where the table costs no resident block: at D 128, G 9-16 the 3 blocks per
+    // SM that registers allow leave under 700 bytes of shared memory.)
+    int64_t blocks = items;
+    const int64_t r = c.batch <= 1024 ? resident(smem_fetch) : 0;
+    if (r > 0 && r == resident(smem_ring)) {
+      if (items >= 4 * r) blocks = r;
+      if (const char *v = std::getenv("FOLD_DECODE_RING_BLOCKS"); v != nullptr && *v != '\0') {
+        char *end = nullptr;
+        const long long n = std::strtoll(v, &end, 10);
+        if (*end == '\0' && n >= 0) blocks = n == 0 ? items : n;  // (anything else: the default)
+      }
+      blocks = std::min(items, blocks);
+    }
+    launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
+             blocks < items ? smem_fetch : smem_ring, stream, pdl,
              "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats);
-  else if (screen)
+  } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)

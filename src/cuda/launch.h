@@ -87,6 +87,7 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 //   rej     int32   [batch]                 the step's append: 1 where the token was rejected
 //   nflag   int32                           guard: groups flagged this step
 //   p1done  int32   [batch, n_kv_heads]     pass-1 split blocks done (the last combines)
+//   ring_next int32                         the dense ring's next item (blocks fetch items)
 //   flist   int32   [batch * n_kv_heads]    guard: the flagged groups, pass 1's work list
 // Nothing needs zeroing by the caller or by a memset: every counter is reset by the step's front
 // (the kernel that runs before any of their writers; gcnt and p1done only for groups with keys,
@@ -99,9 +100,10 @@ struct DecodeWorkspace {
   int32_t *flag;
   int64_t *gcnt;
   int32_t *newlen, *rej;
-  int32_t *nflag;   // the number of groups the guard flagged this step
-  int32_t *p1done;  // [B * Hkv]: pass-1 split blocks done
-  int32_t *flist;   // [B * Hkv]: the flagged groups (b * Hkv + hk), in the order they were flagged
+  int32_t *nflag;      // the number of groups the guard flagged this step
+  int32_t *p1done;     // [B * Hkv]: pass-1 split blocks done
+  int32_t *ring_next;  // the dense ring's item counter (decode_split_ring_kernel)
+  int32_t *flist;  // [B * Hkv]: the flagged groups (b * Hkv + hk), in the order they were flagged
   int32_t splits;
   size_t total_bytes;
 };
@@ -111,8 +113,8 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t D = static_cast<size_t>(c.head_dim);
   const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
-  // gcnt, then newlen, rej, nflag, p1done (int32)
-  const size_t gcnt_bytes = groups * 5 * 8 + (2 * static_cast<size_t>(c.batch) + 1 + groups) * 4;
+  // gcnt, then newlen, rej, nflag, p1done, ring_next (int32)
+  const size_t gcnt_bytes = groups * 5 * 8 + (2 * static_cast<size_t>(c.batch) + 2 + groups) * 4;
   const size_t sizes[11] = {
       align256(rows * D),          align256(rows * D),          align256(rows * 4),
       align256(rows * 4),          align256(rows * 4),          align256(rows * splits * D * 4),
@@ -143,6 +145,7 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
     w.rej = w.newlen + c.batch;
     w.nflag = w.rej + c.batch;
     w.p1done = w.nflag + 1;
+    w.ring_next = w.p1done + groups;
     w.flist = reinterpret_cast<int32_t *>(c0 + off[10]);
   }
   return w;

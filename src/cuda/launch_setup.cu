@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/status.h"
@@ -46,6 +47,20 @@ int sm_count() {
   if (n == 0) {
     check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute(multiProcessorCount)");
+    if (n <= 0) n = 1;
+  }
+  return n;
+}
+
+int resident_blocks(const void *kernel, int threads, size_t smem) {
+  const int device = current_device();
+  static std::mutex mutex;
+  static std::map<std::tuple<const void *, int, size_t, int>, int> blocks;
+  const std::lock_guard<std::mutex> lock(mutex);
+  int &n = blocks[{kernel, threads, smem, device}];
+  if (n == 0) {
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if (n <= 0) n = 1;
   }
   return n;

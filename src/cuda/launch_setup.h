@@ -3,6 +3,8 @@
 // call captured in a CUDA graph later repeats no host work.
 #pragma once
 
+#include <cstddef>
+
 namespace fold::cuda {
 
 // Raises `kernel`'s dynamic shared memory limit on the current device to at least `bytes`
@@ -12,5 +14,10 @@ void set_max_dynamic_smem(const void *kernel, int bytes, const char *what);
 
 // Streaming multiprocessors of the current device (>= 1).
 int sm_count();
+
+// Blocks of `kernel` resident at once on one multiprocessor of the current device with
+// `threads` threads and `smem` bytes of dynamic shared memory (>= 1; the occupancy calculator,
+// queried once per kernel, size and device). Call after set_max_dynamic_smem. Thread-safe.
+int resident_blocks(const void *kernel, int threads, size_t smem);
 
 }  // namespace fold::cuda

@@ -256,6 +256,45 @@ def test_decode_ring_matches_cpu(dtype, D, Hkv, G, ring, monkeypatch):
     _ragged_step_matches_cpu(dtype, D, Hkv, G, 6, depth=None)
 
 
+# 70 requests (three rounds of the fetching blocks' 32-request scan), empty, free and short ones
+# on both sides of requests 31 / 32 and 63 / 64.
+MANY = [RAGGED[i % len(RAGGED)] if i not in (31, 32, 63, 64) else [None, 0, 700, None][
+    (31, 32, 63, 64).index(i)] for i in range(70)]
+
+
+@pytest.mark.parametrize("blocks", ["1", "3", "7"])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,lengths",
+    [(torch.bfloat16, 128, 2, 4, RAGGED), (torch.float16, 64, 3, 3, RAGGED),
+     (torch.bfloat16, 128, 1, 20, RAGGED), (torch.float16, 128, 2, 8, RAGGED),
+     (torch.bfloat16, 64, 1, 4, MANY)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G20", "f16-D128-G8", "bf16-D64-G4-B70"],
+)
+def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeypatch):
+    # The dense ring's blocks fetch items (split, KV head, request) from a counter where the
+    # grid is large (as many blocks as are resident), FOLD_DECODE_RING_BLOCKS=N at most N (here
+    # 1, 3, 7: many items per block, ragged, empty requests and partial chunks between them, the
+    # ring's stages and rounds carried from one item to the next), =0 one block per item.
+    # Scheduling only: output, LSE and read statistics bit for bit as one block per item, for an
+    # attend and for a step that appends (and for the second step, the counter reset by the
+    # front).
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=17, dtype=dtype)
+    ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
+              for _ in range(2)]
+    _fill(caches, k, v, lengths, chunks=2)
+    runs = []
+    for cache, n in zip(caches, ["0", blocks]):
+        monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", n)
+        runs.append((_step(cache, q), _step(cache, q, ks, vs)))
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):  # the attend, then the step that appends
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
 )
