@@ -11,6 +11,10 @@ python scripts/decode_env_ab.py --env FOLD_DECODE_RING_BLOCKS --values "0,-" --d
 decode_kernel_times.py; --spare F gives it F times the length's capacity, so that the split grid,
 which follows the capacity, holds (F - 1) / F empty splits; needs a GPU and a CUDA build;
 FOLD_ATTENTION_LIBRARY may name the .so)
+
+python scripts/decode_env_ab.py --depths "16,none" --shapes "..."
+compares the cache's depth instead (arms: depth values, "none" reads every key): one cache per
+shape, built at the first arm's depth, its `depth` set per arm before that arm's capture.
 """
 
 import os
@@ -33,17 +37,22 @@ def arg(name, default):
 
 ENV = arg("--env", "")
 VALUES = arg("--values", "").split(",")
-if not ENV or len(VALUES) < 2:
-    sys.exit("usage: --env NAME --values A,B[,...] (see the docstring)")
+DEPTH_ARMS = [None if d == "none" else float(d) for d in arg("--depths", "").split(",") if d]
+if DEPTH_ARMS:
+    ENV, VALUES = "depth", [str(d) for d in DEPTH_ARMS]
+if (not ENV or len(VALUES) < 2) and len(DEPTH_ARMS) < 2:
+    sys.exit("usage: --env NAME --values A,B[,...] or --depths A,B[,...] (see the docstring)")
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in arg("--shapes", "").split(";") if s]
-DEPTHS = [None] if "--dense-only" in sys.argv else [16.0] if "--screened-only" in sys.argv \
-    else [None, 16.0]
+DEPTHS = [DEPTH_ARMS[0]] if DEPTH_ARMS else [None] if "--dense-only" in sys.argv \
+    else [16.0] if "--screened-only" in sys.argv else [None, 16.0]
 ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))
 SPARE = int(arg("--spare", "1"))
 dev = torch.device("cuda")
 
 
 def set_env(value):
+    if DEPTH_ARMS:
+        return
     if value == "-":
         os.environ.pop(ENV, None)
     else:
@@ -58,8 +67,10 @@ for B, L, H, Hkv, D in SHAPES:
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
         graphs = []
-        for v in VALUES:
+        for i, v in enumerate(VALUES):
             set_env(v)
+            if DEPTH_ARMS:
+                cache.depth = DEPTH_ARMS[i]
             decode_step_cuda(cache, q, None, None, out, lse)  # warm-up (and any lazy setup)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()

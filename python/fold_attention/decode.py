@@ -106,7 +106,12 @@ class FoldKVCache:
         head_dim: 64, 128 or 256.
         max_len: tokens per request, >= 1.
         depth: binades below the reference a key's coarse weight may fall and stay live
-            (finite, > 0); None: dense (every key read with both planes).
+            (finite, > 0); None: dense (every key read with both planes). Where the screen
+            costs more time than the bytes it saves (bf16 / fp16 values with a group size
+            above 8 at head_dim 128, or above 4 at head_dim 64: measured on the H200), a step
+            reads every key instead, with the bits of depth None (exact, so no error is
+            added; the stats show every key live), on the CPU reference and the GPU alike.
+            FOLD_DECODE_SCREEN=1 in the environment keeps the screen at every shape.
         v8: store V as two E4M3 planes with a power-of-two scale per (request, KV head).
         page_size: tokens per page, a positive multiple of 64.
         softmax_scale: defaults to 1/sqrt(head_dim).

@@ -3,6 +3,8 @@
 #include "decode/decode_cpu.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,15 @@ void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
     fail("params->refine_band must be finite and >= 0");
   if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
     fail("params->v_refine_band must be finite and >= 0");
+}
+
+fold_decode_params_t planned_params(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+  fold_decode_params_t out = p;
+  if (p.dense) return out;
+  const char *keep = std::getenv("FOLD_DECODE_SCREEN");
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) return out;
+  if (!fold::decode::screen_pays(p.n_heads / c.n_kv_heads, c.head_dim, c.v8 != 0)) out.dense = 1;
+  return out;
 }
 
 }  // namespace fold::cpu
@@ -134,7 +145,7 @@ fold_status_t fold_decode_cpu(const fold_kvcache_t *cache, const fold_decode_par
     fold::cpu::check_queries(c, *params, q);
     check_pages_readable(c);  // the keys already there; plan_append checked the new ones
     for (const auto &plan : plans) fold::cpu::commit_append(c, plan);
-    fold::cpu::decode_attend(c, *params, q, out, lse, stats);
+    fold::cpu::decode_attend(c, fold::cpu::planned_params(c, *params), q, out, lse, stats);
   });
 }
 

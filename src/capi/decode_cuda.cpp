@@ -102,7 +102,8 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
                  std::to_string(need) + " bytes");
     if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
       fold::fail("workspace must be 256-byte aligned");
-    fold::cuda::launch_decode(c, *params, q, k_step, v_step, out, lse, stats, workspace, stream);
+    fold::cuda::launch_decode(c, fold::cpu::planned_params(c, *params), q, k_step, v_step, out, lse,
+                              stats, workspace, stream);
   });
 }
 

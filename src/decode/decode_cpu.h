@@ -57,5 +57,8 @@ void check_cache(const fold_kvcache_t *c);
 // check_cache without reading lengths (a device-resident cache).
 void check_cache_layout(const fold_kvcache_t *c);
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p);
+// The step's parameters as the kernels (CPU and CUDA alike) run them: `dense` set where a depth's
+// screen does not pay (decode_plan.h screen_pays; FOLD_DECODE_SCREEN=1 keeps every depth).
+fold_decode_params_t planned_params(const fold_kvcache_t &c, const fold_decode_params_t &p);
 
 }  // namespace fold::cpu

@@ -42,4 +42,22 @@ constexpr int kGuardHiLog2F16 = 14;
 constexpr float kDefaultRefineBand = 8.0f;
 constexpr float kDefaultVRefineBand = 10.0f;
 
+// Where a depth's screen pays. The screen's work per key (plane-A dots, verdicts OR-ed over the
+// group, weights, cut-mass bookkeeping) is fixed, while the bytes it saves shrink with the head
+// dim (plane A is D + 2 bytes of a dense key's 4 D + 2) and with the group (a key is live if it is
+// live for any of the group's rows). Measured on the H200 (graphed, interleaved, depth 16 against
+// every key read by the dense ring, synthetic heavy-tailed caches, notes/decode.md section 28):
+// at D 128 the screen is faster up to G 8 (G 4: 11-22%, G 6: 2%, G 8: 0-2%) and slower from G 12
+// on (5-22%); at D 64 it is slower at G 6-16 (7-19%) and at G 3-4 by 4-7% (2-5% on the real
+// model's captures, G 3, where far fewer keys are live than in the synthetic caches). So with
+// bf16 / fp16 values, where G > 8, or D 64 and G > 4, a step with a depth reads every key, as
+// depth None (the same bits as depth None: exact weights, no cut). v8 and D 256, whose dense path
+// is not the ring, keep the screen. The choice depends on the cache's shape only (never on the
+// batch or the lengths), so invariance holds; the CPU reference makes the same choice.
+// FOLD_DECODE_SCREEN=1 keeps the screen everywhere (tests, A/B runs).
+FOLD_HD constexpr bool screen_pays(int group, int head_dim, bool v8) {
+  if (v8 || (head_dim != 64 && head_dim != 128)) return true;
+  return group <= (head_dim == 64 ? 4 : 8);
+}
+
 }  // namespace fold::decode

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "decode/decode_plan.h"
 #include "decode/e4m3.h"
 #include "decode/planes.h"
 #include "decode/reference_z.h"
@@ -328,6 +329,18 @@ TEST(ReferenceZ, EstimatesTheLse) {
   double sum = 0;
   for (int i = 0; i < z.n; ++i) sum += std::exp2(e[i] = static_cast<float>(i % 9) * 0.7f - 2);
   EXPECT_NEAR(reference_z(z, e.data()), std::log2(sum), 1e-5);
+}
+
+// Where a depth's screen runs (decode_plan.h): bf16 / fp16 values at D 128 up to G 8 and at D 64
+// up to G 4; v8 and D 256 always. Elsewhere the step reads every key.
+TEST(Planner, ScreenRunsWhereItPays) {
+  for (int g = 1; g <= 64; ++g) {
+    EXPECT_EQ(screen_pays(g, 128, false), g <= 8) << g;
+    EXPECT_EQ(screen_pays(g, 64, false), g <= 4) << g;
+    EXPECT_TRUE(screen_pays(g, 256, false)) << g;
+    EXPECT_TRUE(screen_pays(g, 64, true)) << g;
+    EXPECT_TRUE(screen_pays(g, 128, true)) << g;
+  }
 }
 
 }  // namespace
