@@ -3021,10 +3021,11 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // Pass 0: every group.
   if (ring) {
     // Where the items (the capacity's) number at least four times the blocks resident at once
-    // (default), that many blocks, each fetching items with keys from a counter; else one block
-    // per item (graphed and
+    // (default), that many blocks, each fetching items with keys from a counter (graphed and
     // interleaved on the H200, notes/decode.md section 27: -6.1% at D 64 B32 L16K, -2.8% at
-    // G 16, +-0.4% at G 4 / 8 with 2,048-8,192 items, +2.1% at B1 L32K's 512).
+    // G 16, +-0.4% at G 4 / 8 with 2,048-8,192 items); between one and four waves, fewer
+    // fetching blocks that take equal shares (below, section 28); within one wave one block
+    // per item.
     // FOLD_DECODE_RING_BLOCKS=0: one block per item; =N > 0: at most N blocks (tests: several
     // items per block on a small cache). Scheduling only: no value depends on it.
     const int64_t items = static_cast<int64_t>(w.splits) * c.n_kv_heads * c.batch;
@@ -3046,7 +3047,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     int64_t blocks = items;
     const int64_t r = c.batch <= 1024 ? resident(smem_fetch) : 0;
     if (r > 0 && r == resident(smem_ring)) {
-      if (items >= 4 * r) blocks = r;
+      if (items >= 4 * r) {
+        blocks = r;
+      } else if (items > r) {
+        // A little over one wave (B1 L32K: 520 items, 396 resident blocks, so a second wave of
+        // 124 blocks, one per SM, that streams at a fraction of the bandwidth): as many blocks as
+        // take equal shares in the fewest waves, each fetching ceil(items / r) items (session 20,
+        // graphed and interleaved: B1 L32K 74.0 -> 68.1 us, B2 L32K -3.1%, B4 L16K -1.9%, B8 L8K
+        // -1.1%; the resident count itself was no better than one block per item).
+        const int64_t per_block = (items + r - 1) / r;
+        blocks = (items + per_block - 1) / per_block;
+      }
       if (const char *v = std::getenv("FOLD_DECODE_RING_BLOCKS"); v != nullptr && *v != '\0') {
         char *end = nullptr;
         const long long n = std::strtoll(v, &end, 10);
