@@ -30,7 +30,7 @@ step ring_ab_spare 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_
   --shapes "128,4096,32,8,128;32,4096,16,2,64;16,8192,32,2,128"
 cat "$LOGS/ring_ab_spare.log" >> "$OUT/summary.txt"
 echo "== ring checks failed: $fail" >> "$OUT/summary.txt"
-if [ $fail = 0 ]; then
+if [ $fail = 0 ] && [ "${RING_PR:-1}" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/*.whl > /dev/null 2>&1
   step pr 250 env FOLD_ATTENTION_LIBRARY=$X PYTHONPATH=$PYTHONPATH:/tmp/site FOLD_BENCH_FLASHINFER=1 \
