@@ -1,8 +1,8 @@
-"""The eager step's input checks (fold_attn_with_kvcache): a non-finite value in q_step, or in the
-k_step / v_step rows of an active request, raises ValueError naming the argument (the CPU
-reference names q by its row), before anything is appended (the cache's lengths are unchanged); the rows of free slots are ignored; a full
-request is named before a non-finite value. On the CPU reference always, on the GPU where one is
-ready (where the checks read the device).
+"""The eager step's input checks (fold_attn_with_kvcache): a non-finite value in q_step, or in
+the k_step / v_step rows of an active request, raises ValueError naming the argument (the CPU
+reference names q by its row) before anything is appended (the cache's lengths are unchanged);
+the rows of free slots are ignored; a full request is named before a non-finite value. On the
+CPU reference always, on the GPU where one is ready (where the checks read the device).
 """
 
 from __future__ import annotations
