@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The next session's call for patch 0001 (the eager step's one-read precheck, notes/prepared/
+# README.md), about 2 minutes. Library, xz-compressed at .ab/precheck.so.xz with its commit in
+# .ab/precheck.commit: precheck = main + 0001 (git am, then the CUDA build). Carry .cache for the
+# generate suite.
+# The checks test (both paths, CUDA and CPU) and the decode GPU suite; memcheck / racecheck /
+# synccheck of the decode smoke (its eager steps run the precheck kernel); then the eager step's
+# host costs in one process (decode_eager_overhead.py: the step with the precheck against the
+# torch checks, FOLD_DECODE_PRECHECK=0), the batch-1 step latency and the generate suite.
+# Merge if every check passes and the eager step is faster.
+#   OUT=$OUT bash notes/prepared/next_round_precheck.sh
+set -u
+cd "$(dirname "$0")/../.."
+source notes/prepared/round_common.sh precheck
+X=$(L precheck)
+fail=0
+chk() { step "$@"; tail -n 4 "$OUT/summary.txt" | grep -q "^== $1 rc=0 " || fail=1; }
+chk checks 120 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m "gpu or not gpu" -p no:logging \
+  tests/python/test_decode_step_checks.py tests/python/test_gpu_decode.py tests/python/test_decode_planner.py
+for tool in memcheck racecheck synccheck; do
+  chk ${tool} 90 env FOLD_ATTENTION_LIBRARY=$X compute-sanitizer --tool $tool --error-exitcode 1 \
+    python3 scripts/gpu_smoke.py --decode-only
+done
+step eager 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_eager_overhead.py
+cat "$LOGS/eager.log" >> "$OUT/summary.txt"
+step step_latency 100 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_step_latency.py
+cat "$LOGS/step_latency.log" >> "$OUT/summary.txt"
+step gen 150 env FOLD_ATTENTION_LIBRARY=$X python3 -m benchmarks.generate --quick --budget-s 60 \
+  --no-repo-results --out "$OUT/gen"
+mkdir -p "$OUT/protocol" && find "$OUT/gen" -name '*.jsonl' -exec cp {} "$OUT/protocol/" \;
+rm -rf "$OUT/gen"
+echo "== precheck checks failed: $fail" >> "$OUT/summary.txt"
+cat "$OUT/summary.txt"
