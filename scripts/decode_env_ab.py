@@ -15,6 +15,7 @@ FOLD_ATTENTION_LIBRARY may name the .so)
 python scripts/decode_env_ab.py --depths "16,none" --shapes "..."
 compares the cache's depth instead (arms: depth values, "none" reads every key): one cache per
 shape, built at the first arm's depth, its `depth` set per arm before that arm's capture.
+--v8: caches with V in two E4M3 planes.
 """
 
 import os
@@ -47,6 +48,7 @@ DEPTHS = [DEPTH_ARMS[0]] if DEPTH_ARMS else [None] if "--dense-only" in sys.argv
     else [16.0] if "--screened-only" in sys.argv else [None, 16.0]
 ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))
 SPARE = int(arg("--spare", "1"))
+V8 = "--v8" in sys.argv  # caches with V in two E4M3 planes
 dev = torch.device("cuda")
 
 
@@ -63,7 +65,7 @@ print(f"{ENV}: arms {VALUES}; {ROUNDS} rounds x {REPS} replays, interleaved", fl
 for B, L, H, Hkv, D in SHAPES:
     for depth in DEPTHS:
         prob = synthetic_problem(B, L, H, Hkv, D)
-        cache, q = build_cache(prob, depth, False, max_len=SPARE * L + 64), prob.q
+        cache, q = build_cache(prob, depth, V8, max_len=SPARE * L + 64), prob.q
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
         graphs = []
@@ -86,6 +88,7 @@ for B, L, H, Hkv, D in SHAPES:
         med = [statistics.median(x) for x in t]
         cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
         spare = f" max_len={SPARE * L + 64}" if SPARE > 1 else ""
-        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}{spare}: {cells}", flush=True)
+        v8 = " v8" if V8 else ""
+        print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}{v8}{spare}: {cells}", flush=True)
         del graphs, cache, q
         torch.cuda.empty_cache()

@@ -29,5 +29,11 @@ step gen 150 env FOLD_ATTENTION_LIBRARY=$X python3 -m benchmarks.generate --quic
   --no-repo-results --out "$OUT/gen"
 mkdir -p "$OUT/protocol" && find "$OUT/gen" -name '*.jsonl' -exec cp {} "$OUT/protocol/" \;
 rm -rf "$OUT/gen"
+# (Information for the planner, decode_plan.h screen_pays: v8 keeps the screen everywhere,
+# unmeasured. Depth 16 against every key read, v8 caches.)
+step v8_depth_ab 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
+  --depths "16,none" --v8 --rounds 5 \
+  --shapes "32,8192,32,8,128;16,16384,32,4,128;32,32768,32,2,128;32,16384,16,2,64;1,8192,9,3,64"
+cat "$LOGS/v8_depth_ab.log" >> "$OUT/summary.txt"
 echo "== precheck checks failed: $fail" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
