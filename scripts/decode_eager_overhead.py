@@ -96,18 +96,10 @@ def _c_call_prebuilt():
     """The C entry point with its descriptors built once (decode_step_into's): the C++ host
     work (checks, plan, tensor maps, launches) without the Python side's per-call building."""
     import ctypes
-    from fold_attention._decode_op import _ptr, _rows
-    from fold_attention._bind import DTYPE_CODES
-    from fold_attention._decode_lib import FoldDecodeParams, FoldKVCacheDesc, library
+    from fold_attention._decode_op import _rows, cache_desc
+    from fold_attention._decode_lib import FoldDecodeParams, library
     c = cache
-    num_pages, n_kv_heads, page_size, _ = c.k_a.shape
-    desc = FoldKVCacheDesc(batch=1, n_kv_heads=n_kv_heads, head_dim=D, page_size=page_size, max_len=c.max_len,
-                           pages_per_request=c.page_table.shape[1], num_pages=num_pages,
-                           dtype=DTYPE_CODES[q.dtype], v8=0, v_exp_fixed=0, k_a=c.k_a.data_ptr(),
-                           k_b=c.k_b.data_ptr(), k_scale=c.k_scale.data_ptr(), v=_ptr(c.v), v_a=_ptr(c.v_a),
-                           v_b=_ptr(c.v_b), v_exp=c.v_exp.data_ptr(), v_page_sum=c.v_page_sum.data_ptr(),
-                           heavy_keys=c.heavy_keys.data_ptr(), page_table=c.page_table.data_ptr(),
-                           lengths=c.lengths.data_ptr())
+    desc = cache_desc(q.dtype, 1, D, *args_of(q, None, None)[3:14], c.max_len, c._v_exp_fixed is not None)
     params = FoldDecodeParams(n_heads=H, softmax_scale=c.softmax_scale, dense=1, depth=0.0,
                               refine_band=c.refine_band, v_refine_band=c.refine_band + V_REFINE_EXTRA)
     none = _rows(None, 0, 0)

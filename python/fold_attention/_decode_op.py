@@ -21,7 +21,7 @@ from ._bind import DTYPE_CODES
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
-__all__ = ["decode_step_impl", "decode_step_into", "decode_step_op"]
+__all__ = ["cache_desc", "decode_step_impl", "decode_step_into", "decode_step_op"]
 
 _MUTATED = (
     "k_a",
@@ -48,6 +48,35 @@ def _rows(t: Optional[torch.Tensor], heads: int, dim: int) -> FoldTensor:
     if t is None:
         return FoldTensor(None, 0, 0, 0)
     return FoldTensor(t.data_ptr(), heads * dim, 0, dim)
+
+
+def cache_desc(dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum, heavy_keys,
+               page_table, lengths, max_len, v_exp_fixed) -> FoldKVCacheDesc:
+    """The C descriptor of a cache's buffers (FoldKVCache's)."""
+    num_pages, n_kv_heads, page_size, _ = k_a.shape
+    return FoldKVCacheDesc(
+        batch=batch,
+        n_kv_heads=n_kv_heads,
+        head_dim=D,
+        page_size=page_size,
+        max_len=max_len,
+        pages_per_request=page_table.shape[1],
+        num_pages=num_pages,
+        dtype=DTYPE_CODES[dtype],
+        v8=0 if v is not None else 1,
+        v_exp_fixed=1 if v_exp_fixed else 0,
+        k_a=k_a.data_ptr(),
+        k_b=k_b.data_ptr(),
+        k_scale=k_scale.data_ptr(),
+        v=_ptr(v),
+        v_a=_ptr(v_a),
+        v_b=_ptr(v_b),
+        v_exp=v_exp.data_ptr(),
+        v_page_sum=v_page_sum.data_ptr(),
+        heavy_keys=heavy_keys.data_ptr(),
+        page_table=page_table.data_ptr(),
+        lengths=lengths.data_ptr(),
+    )
 
 
 def decode_step_into(
@@ -82,30 +111,9 @@ def decode_step_into(
     receives the FOLD_DECODE_CUDA_STATS counters. (decode_step_cuda writes the caller's buffers
     with it: no copy kernels in a captured step.)"""
     batch, n_heads, D = q.shape
-    num_pages, n_kv_heads, page_size, _ = k_a.shape
-    desc = FoldKVCacheDesc(
-        batch=batch,
-        n_kv_heads=n_kv_heads,
-        head_dim=D,
-        page_size=page_size,
-        max_len=max_len,
-        pages_per_request=page_table.shape[1],
-        num_pages=num_pages,
-        dtype=DTYPE_CODES[q.dtype],
-        v8=0 if v is not None else 1,
-        v_exp_fixed=1 if v_exp_fixed else 0,
-        k_a=k_a.data_ptr(),
-        k_b=k_b.data_ptr(),
-        k_scale=k_scale.data_ptr(),
-        v=_ptr(v),
-        v_a=_ptr(v_a),
-        v_b=_ptr(v_b),
-        v_exp=v_exp.data_ptr(),
-        v_page_sum=v_page_sum.data_ptr(),
-        heavy_keys=heavy_keys.data_ptr(),
-        page_table=page_table.data_ptr(),
-        lengths=lengths.data_ptr(),
-    )
+    n_kv_heads = k_a.shape[1]
+    desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                      heavy_keys, page_table, lengths, max_len, v_exp_fixed)
     params = FoldDecodeParams(
         n_heads=n_heads,
         softmax_scale=softmax_scale,
