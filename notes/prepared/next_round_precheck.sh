@@ -13,8 +13,6 @@ set -u
 cd "$(dirname "$0")/../.."
 source notes/prepared/round_common.sh precheck
 X=$(L precheck)
-fail=0
-chk() { step "$@"; tail -n 4 "$OUT/summary.txt" | grep -q "^== $1 rc=0 " || fail=1; }
 chk checks 120 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m "gpu or not gpu" -p no:logging \
   tests/python/test_decode_step_checks.py tests/python/test_gpu_decode.py tests/python/test_decode_planner.py
 for tool in memcheck racecheck synccheck; do

@@ -4,7 +4,8 @@
 # provenance then names the library's commit), and defines L LIB (the library's path), step
 # NAME SECONDS CMD... (runs CMD under a time limit, its output in a log kept outside $OUT, a line
 # and the log's tail in $OUT/summary.txt, the logs re-packed into $OUT/logs.tgz after every step,
-# so a cut-off call still returns them: the device returns a limited number of files), and KT /
+# so a cut-off call still returns them: the device returns a limited number of files), chk (step,
+# recording a failure in $fail), and KT /
 # SH, the per-kernel decode times and the six shapes both scripts time.
 export PYTHONPATH=$PWD/python:$PWD/scripts:$PWD PYTHONUNBUFFERED=1
 LOGS=$(mktemp -d)/logs && mkdir -p "$LOGS"
@@ -20,5 +21,8 @@ step() {
   tail -n 3 "$LOGS/$name.log" >> "$OUT/summary.txt"
   tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 }
+# chk NAME SECONDS CMD...: step, and fail=1 (initialised here) unless it exited 0.
+fail=0
+chk() { step "$@"; tail -n 4 "$OUT/summary.txt" | grep -q "^== $1 rc=0 " || fail=1; }
 KT="python3 scripts/decode_kernel_times.py --screened-only --shapes"
 SH="128,4096,32,8,128;1,32768,32,8,128;1,2048,9,3,64;1,8192,9,3,64;32,32768,32,2,128;32,16384,32,8,64"
