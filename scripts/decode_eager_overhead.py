@@ -7,6 +7,7 @@ differ by up to ~1.5x in host speed, so only figures from one process compare.
 
 python scripts/decode_eager_overhead.py   (needs a GPU and a CUDA build of the library)
 """
+import os
 import statistics
 import time
 
@@ -68,6 +69,15 @@ def lengths_only():
 def full():
     fa.fold_attn_with_kvcache(q, cache, ks, vs)
 
+def full_torch_checks():
+    # the step with the torch checks (the lengths read, then a finiteness test per input)
+    # instead of the one-kernel precheck, where the library has it (FOLD_DECODE_PRECHECK=0)
+    os.environ["FOLD_DECODE_PRECHECK"] = "0"
+    try:
+        fa.fold_attn_with_kvcache(q, cache, ks, vs)
+    finally:
+        os.environ.pop("FOLD_DECODE_PRECHECK", None)
+
 def full_old():
     # the previous eager path, reconstructed: a finiteness test per tensor, gather always,
     # the op through the torch.library dispatcher
@@ -120,7 +130,8 @@ def _c_call_prebuilt():
 
 c_only = _c_call_prebuilt()
 
-cases = [("C call only (attend, prebuilt descriptors)", c_only), ("full step (new)", full), ("full step (old path)", full_old), ("op raw impl", op_raw),
+cases = [("C call only (attend, prebuilt descriptors)", c_only), ("full step (new)", full),
+         ("full step (torch checks)", full_torch_checks), ("full step (old path)", full_old), ("op raw impl", op_raw),
          ("checks old (per tensor)", checks_per_tensor), ("checks cat", checks_cat), ("checks foreach_norm", checks_foreach),
          ("op via dispatcher", op_dispatch), ("checks amax", checks_amax), ("lengths.tolist only", lengths_only), ("reserve (+tolist)", reserve_only)]
 for name, fn in cases:

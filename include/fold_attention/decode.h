@@ -145,6 +145,17 @@ FOLD_API fold_status_t fold_decode_cuda(const fold_kvcache_t *cache,
                                         fold_tensor_t out, float *lse, int64_t *stats,
                                         void *workspace, size_t workspace_bytes, void *stream);
 
+/* The host checks of an eager step before fold_decode_cuda, in one read of the device: copies
+ * the cache's lengths [0 .. batch) into lengths_out (host memory) and sets *nonfinite (host) to a
+ * bit mask: 1 if q (device, n_heads rows per request) holds an inf or NaN, 2 if k_step, 4 if
+ * v_step does in the row of a request whose length is >= 0 (k_step / v_step: data NULL when no
+ * token is appended). Ordered on `stream`; returns once the values are on the host (it waits for
+ * the stream, so it cannot be captured in a CUDA graph). */
+FOLD_API fold_status_t fold_decode_cuda_precheck(const fold_kvcache_t *cache, int32_t n_heads,
+                                                 fold_tensor_t q, fold_tensor_t k_step,
+                                                 fold_tensor_t v_step, int32_t *lengths_out,
+                                                 int32_t *nonfinite, void *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

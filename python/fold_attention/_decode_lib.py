@@ -108,6 +108,19 @@ _SIGNATURES = {
         ctypes.c_int,
         [_P_CACHE, ctypes.c_int32, ctypes.c_int32, FoldTensor, FoldTensor, ctypes.c_void_p],
     ),
+    "fold_decode_cuda_precheck": (
+        ctypes.c_int,
+        [
+            _P_CACHE,
+            ctypes.c_int32,  # n_heads
+            FoldTensor,  # q
+            FoldTensor,  # k_step (data NULL: no append)
+            FoldTensor,  # v_step
+            ctypes.POINTER(ctypes.c_int32),  # lengths_out [batch], host
+            ctypes.POINTER(ctypes.c_int32),  # nonfinite, host
+            ctypes.c_void_p,  # stream
+        ],
+    ),
     "fold_decode_cuda": (
         ctypes.c_int,
         [

@@ -21,7 +21,7 @@ from ._bind import DTYPE_CODES
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
-__all__ = ["cache_desc", "decode_step_impl", "decode_step_into", "decode_step_op"]
+__all__ = ["cache_desc", "decode_precheck_cuda", "decode_step_impl", "decode_step_into", "decode_step_op"]
 
 _MUTATED = (
     "k_a",
@@ -77,6 +77,27 @@ def cache_desc(dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_su
         page_table=page_table.data_ptr(),
         lengths=lengths.data_ptr(),
     )
+
+def decode_precheck_cuda(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                         heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
+                         *_settings) -> tuple[list, int]:
+    """The eager step's host checks of a CUDA cache in one device read
+    (fold_decode_cuda_precheck): the requests' lengths as a list, and a bit mask of the inputs
+    holding an inf or NaN (1: q, 2: k_step, 4: v_step, in the rows of active requests). Takes
+    the op's arguments (q, k_step, v_step, then FoldKVCache._step_buffers())."""
+    batch, n_heads, D = q.shape
+    n_kv_heads = k_a.shape[1]
+    desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                      heavy_keys, page_table, lengths, max_len, v_exp_fixed)
+    out = (ctypes.c_int32 * batch)()
+    bits = ctypes.c_int32(0)
+    status = library().fold_decode_cuda_precheck(
+        ctypes.byref(desc), n_heads, _rows(q, n_heads, D), _rows(k_step, n_kv_heads, D),
+        _rows(v_step, n_kv_heads, D), out, ctypes.byref(bits),
+        ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream),
+    )
+    _lib.check(status, "fold_decode_cuda_precheck")
+    return list(out), bits.value
 
 
 def decode_step_into(

@@ -107,4 +107,27 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
   });
 }
 
+fold_status_t fold_decode_cuda_precheck(const fold_kvcache_t *cache, int32_t n_heads,
+                                        fold_tensor_t q, fold_tensor_t k_step, fold_tensor_t v_step,
+                                        int32_t *lengths_out, int32_t *nonfinite, void *stream) {
+  return fold::guarded("fold_decode_cuda_precheck", [&] {
+    require_cuda_build();
+    check_cuda_cache(cache);
+    const fold_kvcache_t &c = *cache;
+    if (n_heads < 1 || n_heads % c.n_kv_heads != 0)
+      fold::fail("n_heads must be a positive multiple of cache->n_kv_heads");
+    check_rows("q", q, n_heads, c.head_dim, false);
+    if (k_step.data != nullptr) {
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+    } else if (v_step.data != nullptr) {
+      fold::fail("v_step is given without k_step");
+    }
+    if (lengths_out == nullptr) fold::fail("lengths_out is NULL");
+    if (nonfinite == nullptr) fold::fail("nonfinite is NULL");
+    fold::cuda::launch_decode_precheck(c, n_heads, q, k_step, v_step, lengths_out, nonfinite,
+                                       stream);
+  });
+}
+
 }  // extern "C"

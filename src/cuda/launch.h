@@ -164,4 +164,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                    fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
                    int64_t *stats, void *workspace, void *stream);
 
+// The eager step's host checks in one device read (decode_precheck.cu): cache lengths
+// [0 .. batch) into lengths_out (host), and into *nonfinite (host) bit 0 if q holds a non-finite
+// value, bit 1 if k_step, bit 2 if v_step does in a row of a request with a length >= 0 (k_step /
+// v_step: data NULL when absent). Blocks until `stream` has run it.
+void launch_decode_precheck(const fold_kvcache_t &c, int n_heads, fold_tensor_t q,
+                            fold_tensor_t k_step, fold_tensor_t v_step, int32_t *lengths_out,
+                            int32_t *nonfinite, void *stream);
+
 }  // namespace fold::cuda

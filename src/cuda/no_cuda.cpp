@@ -37,4 +37,9 @@ void launch_decode(const fold_kvcache_t &, const fold_decode_params_t &, fold_te
   no_cuda();
 }
 
+void launch_decode_precheck(const fold_kvcache_t &, int, fold_tensor_t, fold_tensor_t,
+                            fold_tensor_t, int32_t *, int32_t *, void *) {
+  no_cuda();
+}
+
 }  // namespace fold::cuda

@@ -46,7 +46,12 @@ def _inputs(device, dtype):
     [("q", float("nan"), "q_step|q row"), ("k", float("inf"), "k_step"), ("v", float("-inf"), "v_step"),
      ("k_last", float("nan"), "k_step")],
 )
-def test_non_finite_input_is_named_and_nothing_is_appended(device, dtype, where, value, arg):
+@pytest.mark.parametrize("precheck", ["1", "0"])
+def test_non_finite_input_is_named_and_nothing_is_appended(device, dtype, where, value, arg, precheck,
+                                                            monkeypatch):
+    # FOLD_DECODE_PRECHECK: on CUDA, "1" (default) tests by one kernel (fold_decode_cuda_precheck),
+    # "0" by torch ops; no effect on the CPU.
+    monkeypatch.setenv("FOLD_DECODE_PRECHECK", precheck)
     c = _cache(device, dtype)
     c.release(3)  # (no full request here: the finiteness check decides)
     q, k, v = _inputs(device, dtype)
@@ -70,7 +75,9 @@ def test_non_finite_input_is_named_and_nothing_is_appended(device, dtype, where,
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_free_rows_are_ignored_and_a_full_request_is_named_first(device):
+@pytest.mark.parametrize("precheck", ["1", "0"])
+def test_free_rows_are_ignored_and_a_full_request_is_named_first(device, precheck, monkeypatch):
+    monkeypatch.setenv("FOLD_DECODE_PRECHECK", precheck)
     dtype = torch.bfloat16
     c = _cache(device, dtype)
     q, k, v = _inputs(device, dtype)
@@ -85,3 +92,58 @@ def test_free_rows_are_ignored_and_a_full_request_is_named_first(device):
     out = fa.fold_attn_with_kvcache(q, c, k, v)
     assert c.lengths.tolist() == [11, 6, -1, -1]
     assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_requests(device):
+    # 300 slots (more than one block of the precheck kernel's lengths copy), every third free,
+    # the others at lengths b % 7 (slot 299 full): the lengths the checks read are the cache's,
+    # the full request above slot 256 is named, a non-finite value in the last active request's
+    # v row is found, and a clean step appends one token per active request.
+    n, dtype, max_len = 300, torch.bfloat16, 64
+    c = fa.FoldKVCache(n, 2, 1, D, max_len, depth=16, dtype=dtype, device=device)
+    lengths = []
+    for b in range(n):
+        assert c.add_request() == b
+        m = max_len if b == n - 1 else b % 7
+        if m:
+            c.extend(b, torch.randn(m, 1, D, dtype=dtype, device=device),
+                     torch.randn(m, 1, D, dtype=dtype, device=device))
+        lengths.append(m)
+    for b in range(0, n, 3):
+        c.release(b)
+        lengths[b] = -1
+    assert c.lengths.tolist() == lengths
+    if device != "cpu":
+        from fold_attention._decode_op import decode_precheck_cuda
+
+        q0 = torch.zeros(n, 2, D, dtype=dtype, device=device)
+        assert decode_precheck_cuda(q0, None, None, *c._step_buffers()) == (lengths, 0)
+    q = torch.randn(n, 2, D, dtype=dtype, device=device)
+    k = torch.randn(n, 1, D, dtype=dtype, device=device)
+    v = torch.randn(n, 1, D, dtype=dtype, device=device)
+    with pytest.raises(ValueError, match=f"request {n - 1} is full"):
+        fa.fold_attn_with_kvcache(q, c, k, v)
+    c.release(n - 1)
+    lengths[n - 1] = -1
+    v[n - 2, 0, D - 1] = float("nan")  # slot 298: the last active one
+    with pytest.raises(ValueError, match="v_step"):
+        fa.fold_attn_with_kvcache(q, c, k, v)
+    v[n - 2, 0, D - 1] = 0.0
+    v[0, 0, 0] = float("nan")  # slot 0 is free: ignored
+    fa.fold_attn_with_kvcache(q, c, k, v)
+    assert c.lengths.tolist() == [m + 1 if m >= 0 else m for m in lengths]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precheck", ["1", "0"])
+def test_non_finite_q_without_an_append(device, precheck, monkeypatch):
+    # An attend without k_step / v_step (the precheck's k / v absent): a non-finite q is named.
+    monkeypatch.setenv("FOLD_DECODE_PRECHECK", precheck)
+    c = _cache(device, torch.float16)
+    q, _, _ = _inputs(device, torch.float16)
+    q[3, 7, D - 1] = float("inf")  # request 3's row (q is tested in every row)
+    with pytest.raises(ValueError, match="q_step|q row"):
+        fa.fold_attn_with_kvcache(q, c)
+    q[3, 7, D - 1] = 0.0
+    fa.fold_attn_with_kvcache(q, c)
