@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "core/float_bits.h"
@@ -1786,20 +1787,20 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
 // ---------------------------
 //
 // The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
-// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of kRingStages stages
-// with full / empty mbarriers: the V rows by TMA (a 2-D map over the cache's rows, 64 x 64-value
-// boxes with the 128-byte swizzle, so that the ldmatrix reads below are free of bank conflicts;
-// per-row bulk copies into padded rows cost the producer ~540 instructions per chunk, ncu),
-// plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The 8 consumer warps
-// compute every key's weight exactly as decode_split_kernel does (integer dots on the tensor cores,
-// the same fine logit, exp2 and operand rounding: the same bf16 / fp16 weight bits), then the value
-// product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] with mma.m16n8k16 (A = V^T by
-// ldmatrix.trans of the stage rows, B = the weights of 8 rows). The products of two 16-bit operands
-// are exact in fp32; only the order and rounding of the fp32 sums differ from the CPU reference's
-// sequential sums, so this path matches the reference within a rounding bound, not bit for bit
-// (notes/decode.md section 15). Every order is fixed by the split (no dependence on the batch or on
-// placement), so a request's bits alone, in a batch and under replay stay equal.
-constexpr int kRingStages = 2;
+// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of ST stages (2; 3 / 4
+// for A/B runs, ring_stages) with full / empty mbarriers: the V rows by TMA (a 2-D map over the
+// cache's rows, 64 x 64-value boxes with the 128-byte swizzle, so that the ldmatrix reads below are
+// free of bank conflicts; per-row bulk copies into padded rows cost the producer ~540 instructions
+// per chunk, ncu), plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The
+// 8 consumer warps compute every key's weight exactly as decode_split_kernel does (integer dots on
+// the tensor cores, the same fine logit, exp2 and operand rounding: the same bf16 / fp16 weight
+// bits), then the value product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] with
+// mma.m16n8k16 (A = V^T by ldmatrix.trans of the stage rows, B = the weights of 8 rows). The
+// products of two 16-bit operands are exact in fp32; only the order and rounding of the fp32 sums
+// differ from the CPU reference's sequential sums, so this path matches the reference within a
+// rounding bound, not bit for bit (notes/decode.md section 15). Every order is fixed by the split
+// (no dependence on the batch or on placement), so a request's bits alone, in a batch and under
+// replay stay equal.
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
 
 __host__ __device__ inline size_t ring_stage_bytes(int D) {
@@ -1808,14 +1809,14 @@ __host__ __device__ inline size_t ring_stage_bytes(int D) {
   return (static_cast<size_t>(64) * 4 * D + 128 + 1023) & ~static_cast<size_t>(1023);
 }
 
-__host__ __device__ inline size_t split_ring_smem_bytes(int G, int D) {
+__host__ __device__ inline size_t split_ring_smem_bytes(int G, int D, int stages) {
   const size_t nrb = static_cast<size_t>(G + 7) / 8;
-  return 1024 + kRingStages * ring_stage_bytes(D)  // the ring, 1024-aligned
-         + 8 * nrb * kWRow * 2                     // weights, [row][key], operand bits
-         + nrb * 8 * 2 * D                         // q planes (MMA A)
-         + 2u * 8 * 8 * nrb * 4                    // per-warp row sums T, T_lse
-         + (D == 64 ? 8 * nrb * D * 4 : 0)         // D 64: the second key half's N
-         + 2u * G * 4;                             // sq, z
+  return 1024 + stages * ring_stage_bytes(D)  // the ring, 1024-aligned
+         + 8 * nrb * kWRow * 2                // weights, [row][key], operand bits
+         + nrb * 8 * 2 * D                    // q planes (MMA A)
+         + 2u * 8 * 8 * nrb * 4               // per-warp row sums T, T_lse
+         + (D == 64 ? 8 * nrb * D * 4 : 0)    // D 64: the second key half's N
+         + 2u * G * 4;                        // sq, z
 }
 
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
@@ -1834,14 +1835,14 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
 // indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
-template <int NP, int RBM, bool F16>
+template <int NP, int RBM, bool F16, int ST>
 __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap,
                              const __grid_constant__ CUtensorMap amap,
                              const __grid_constant__ CUtensorMap bmap,
                              const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
-                             int64_t *stats) {
+                             int64_t *stats, const int full_path) {
   pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
@@ -1853,7 +1854,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // address, so that the pointer stays a shared-space one (no generic addressing).
   const uint32_t raw_addr = smem_u32(smem_raw);
   unsigned char *smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
-  __shared__ __align__(8) uint64_t full[kRingStages], empty[kRingStages];
+  __shared__ __align__(8) uint64_t full[ST], empty[ST];
   // The consumers' current item (split, KV head, request, keys): read back after the chunk loop
   // rather than kept in registers over it (the D 64 instances sit at the register bound).
   __shared__ int s_item[4];
@@ -1864,7 +1865,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // plain store and loads of this exchange, session 19) does not count atomics as hazards.
   // (st.async, which would complete the stage's transaction bytes, requires a cluster of more
   // than one CTA: undefined here.)
-  __shared__ int s_hdr[kRingStages];
+  __shared__ int s_hdr[ST];
   const int H = p.n_heads, G = H / c.n_kv_heads;
   const int items = ws.splits * c.n_kv_heads * c.batch;  // < 2^31 (the launcher checks)
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1872,7 +1873,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   const int nrb = (G + 7) / 8, RS = 8 * nrb;
   const size_t SB = ring_stage_bytes(D);
   unsigned char *ring = smem;
-  uint16_t *wop = reinterpret_cast<uint16_t *>(ring + kRingStages * SB);  // [RS][kWRow]
+  uint16_t *wop = reinterpret_cast<uint16_t *>(ring + ST * SB);  // [RS][kWRow]
   uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow);
   float *tw = reinterpret_cast<float *>(qfrag + nrb * 2 * NP * 32);  // [8 warps][RS]: T
   float *tlw = tw + 8 * RS;                                          // [8 warps][RS]: T_lse
@@ -1921,7 +1922,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   };
 
   if (tid == 0) {
-    for (int st = 0; st < kRingStages; ++st) {
+    for (int st = 0; st < ST; ++st) {
       mbar_init(&full[st], 1);
       mbar_init(&empty[st], kThreads / 32);  // one arrival per consumer warp
     }
@@ -1978,11 +1979,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       if (fetch && lane == 0) next = atomicAdd(ws.ring_next, 1);
       const Item cur = item_at(it);
       for (int32_t j0 = cur.s0; j0 < cur.s1; j0 += kChunk, ++gci) {
-        const int st = static_cast<int>(gci % kRingStages);
-        const uint32_t round = gci / kRingStages;
+        const int st = static_cast<int>(gci % ST);
+        const uint32_t round = gci / ST;
         // The page table's read before the wait: its latency overlaps the consumers' work.
         const int64_t r = key_row(c, cur.b, cur.hk, j0);
-        if (gci >= kRingStages) producer_wait(&empty[st], (round - 1u) & 1u);
+        if (gci >= ST) producer_wait(&empty[st], (round - 1u) & 1u);
         unsigned char *dst = ring + st * SB;
         if (lane == 0) {
           // Every copy is a TMA box of 64 rows (the chunk's page rows past nk, or zeros past the
@@ -2004,8 +2005,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       it = fetch ? __shfl_sync(0xffffffffu, next, 0) : n_items;
     }
     // The end: one more stage, without data, whose header tells the consumers so.
-    const int st = static_cast<int>(gci % kRingStages);
-    if (gci >= kRingStages) producer_wait(&empty[st], (gci / kRingStages - 1u) & 1u);
+    const int st = static_cast<int>(gci % ST);
+    if (gci >= ST) producer_wait(&empty[st], (gci / ST - 1u) & 1u);
     if (lane == 0) {
       atomicExch(&s_hdr[st], -1);
       mbar_arrive(&full[st]);
@@ -2030,8 +2031,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   for (;;) {
     // The next item, from the header of the stage that holds its first chunk (the wait is
     // repeated in the chunk loop: the phase cannot move on before this stage is released).
-    mbar_wait(&full[gci % kRingStages], (gci / kRingStages) & 1u);
-    const int it = atomicAdd(&s_hdr[gci % kRingStages], 0);
+    mbar_wait(&full[gci % ST], (gci / ST) & 1u);
+    const int it = atomicAdd(&s_hdr[gci % ST], 0);
     if (it < 0) break;  // (every consumer thread reads -1 here: the producer's last stage)
     int32_t s0, s1;
     {
@@ -2061,14 +2062,18 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // the chunks, the same additions in the same order as the shared-memory running sums that
     // larger groups keep, written once after the loop.
     float tsum = 0.0f, tlsum = 0.0f;
-    for (int32_t j0 = s0; j0 < s1; j0 += kChunk, ++gci) {
-      const int st = static_cast<int>(gci % kRingStages);
-      const int nk = min(kChunk, s1 - j0);
-      mbar_wait(&full[st], (gci / kRingStages) & 1u);
+    // One chunk: its keys' weights, then the value product. Instantiated twice: FULL (a whole
+    // 64-key chunk, every chunk but a split's last) drops the per-key presence tests, the zeroed
+    // value rows and the partial k steps from the common path (ncu at B1: the consumers' chain per
+    // chunk is what the ring waits on besides its stages). The same operations on the same
+    // operands in both: the same bits. FOLD_DECODE_RING_FULL=0 (full_path 0) runs every chunk
+    // through the general form, for A/B runs.
+    const auto chunk = [&](auto full_tag, const int st, const int nk) {
+      constexpr bool FULL = decltype(full_tag)::value;
       unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
       const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
-      const bool present = kq < nk;
-      if (nk < kChunk) {
+      const bool present = FULL || kq < nk;
+      if (!FULL) {
         // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
         // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
         // Every panel's whole rows, so the swizzle does not matter.
@@ -2092,10 +2097,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
                             bf16_bits_to_float(ssc[8 * warp + 2 * mt + 1])};
       // Weights of every present key (dense: all live and refined), as decode_split_kernel; zero
       // for keys past the split. Lane (g, t): row 8 rb + g, keys 8 warp + 2t + j.
-      const bool any_present = __any_sync(0xffffffffu, present);
+      const bool any_present = FULL || __any_sync(0xffffffffu, present);
       bool mpres[2];
 #pragma unroll
-      for (int j = 0; j < 2; ++j) mpres[j] = 8 * warp + 2 * mt + j < nk;
+      for (int j = 0; j < 2; ++j) mpres[j] = FULL || 8 * warp + 2 * mt + j < nk;
       for (int rb = 0; rb < (RBM == 1 ? 1 : nrb); ++rb) {  // (RBM 1: nrb is 1)
         int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
         if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
@@ -2107,7 +2112,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
             if (!mpres[j]) continue;
             const float ell = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
                                          logit_multiplier(sq[r], skj[j], 16 + log2d));
-            pex[j] = exp2_fp(sub_rn(ell, zr[r]));
+            // exp2_fp_sel: exp2_fp's bits without its two range branches.
+            pex[j] = exp2_fp_sel(sub_rn(ell, zr[r]));
             pw[j] = round_operand(pex[j], F16);
           }
           reinterpret_cast<uint32_t *>(wop + r * kWRow)[4 * warp + mt] =
@@ -2132,13 +2138,13 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk) {
         const int k0 = kpart * (kChunk / KP) + 16 * kk;
-        if (k0 >= nk) break;
+        if (!FULL && k0 >= nk) break;
         uint32_t a[4];
         ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
 #pragma unroll
         for (int nb = 0; nb < RBM; ++nb) {
-          if (nb < nrb) {
-            uint32_t bw[2];  // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
+          if (RBM == 1 || nb < nrb) {  // (RBM 1: nrb is 1)
+            uint32_t bw[2];            // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
             ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
             mma_16<F16>(acc[nb], a, bw[0], bw[1]);
           }
@@ -2149,6 +2155,15 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       // readers order before the producer's next copy through the barrier they arrive on.
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[st]);
+    };
+    for (int32_t j0 = s0; j0 < s1; j0 += kChunk, ++gci) {
+      const int st = static_cast<int>(gci % ST);
+      const int nk = min(kChunk, s1 - j0);
+      mbar_wait(&full[st], (gci / ST) & 1u);
+      if (full_path != 0 && nk == kChunk)
+        chunk(std::true_type{}, st, nk);
+      else
+        chunk(std::false_type{}, st, nk);
     }
     if (RBM == 1 && mt == 0 && mg < G) {
       tw[warp * RS + mg] = tsum;
@@ -2882,18 +2897,29 @@ namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
                             const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
-                            const Ws, const int, int64_t *);
+                            const Ws, const int, int64_t *, const int);
 template <int NP, bool F16>
-RingKernel ring_kernel_rb(int nrb) {
-  return nrb <= 1   ? decode_split_ring_kernel<NP, 1, F16>
-         : nrb <= 2 ? decode_split_ring_kernel<NP, 2, F16>
-         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16>
-                    : decode_split_ring_kernel<NP, 8, F16>;
+RingKernel ring_kernel_rb(int nrb, int stages) {
+  if (nrb <= 1)
+    return stages == 4   ? decode_split_ring_kernel<NP, 1, F16, 4>
+           : stages == 3 ? decode_split_ring_kernel<NP, 1, F16, 3>
+                         : decode_split_ring_kernel<NP, 1, F16, 2>;
+  return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2>
+         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2>
+                    : decode_split_ring_kernel<NP, 8, F16, 2>;
 }
-RingKernel ring_kernel(int D, int G, bool f16) {
+// The ring's stages: 2, or FOLD_DECODE_RING_STAGES = 3 / 4 at G <= 8 (A/B runs: more bytes in
+// flight per block against fewer resident blocks). No value depends on it.
+int ring_stages(int G) {
+  const char *v = std::getenv("FOLD_DECODE_RING_STAGES");
+  if (G > 8 || v == nullptr) return 2;
+  return std::strcmp(v, "4") == 0 ? 4 : std::strcmp(v, "3") == 0 ? 3 : 2;
+}
+RingKernel ring_kernel(int D, int G, bool f16, int stages) {
   const int nrb = (G + 7) / 8;
-  if (D == 64) return f16 ? ring_kernel_rb<1, true>(nrb) : ring_kernel_rb<1, false>(nrb);
-  return f16 ? ring_kernel_rb<2, true>(nrb) : ring_kernel_rb<2, false>(nrb);
+  if (D == 64)
+    return f16 ? ring_kernel_rb<1, true>(nrb, stages) : ring_kernel_rb<1, false>(nrb, stages);
+  return f16 ? ring_kernel_rb<2, true>(nrb, stages) : ring_kernel_rb<2, false>(nrb, stages);
 }
 
 // The plain split's instance: head dim, value product on MMA (bf16 / fp16 V) or fma (v8),
@@ -2970,8 +2996,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
-  const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim) : 0;
-  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16);
+  const int stages = ring_stages(G);
+  const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
+  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages);
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
@@ -3067,7 +3094,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     }
     launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
              blocks < items ? smem_fetch : smem_ring, stream, pdl,
-             "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats);
+             "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats,
+             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0);
   } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);

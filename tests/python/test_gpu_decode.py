@@ -295,6 +295,41 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
         assert s0 == s1, (s0, s1)
 
 
+@pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "3"), ("FOLD_DECODE_RING_STAGES", "4"),
+                                         ("FOLD_DECODE_RING_FULL", "0")])
+@pytest.mark.parametrize("blocks", ["0", "3"])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,lengths",
+    [(torch.bfloat16, 128, 2, 4, RAGGED), (torch.float16, 64, 3, 3, RAGGED),
+     (torch.float16, 128, 1, 8, RAGGED), (torch.bfloat16, 64, 1, 4, MANY)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "f16-D128-G8", "bf16-D64-G4-B70"],
+)
+def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob, value, monkeypatch):
+    # The ring's stage count (FOLD_DECODE_RING_STAGES = 3 / 4 at G <= 8; 2 by default) and its
+    # whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the general one) change
+    # no value: output, LSE and read statistics bit for bit as the default, with one block per item
+    # and with fetching blocks (stages and rounds carried over items), for an attend and a step.
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=23, dtype=dtype)
+    ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
+              for _ in range(2)]
+    _fill(caches, k, v, lengths, chunks=2)
+    runs = []
+    for cache, setting in zip(caches, [None, value]):
+        if setting is None:
+            monkeypatch.delenv(knob, raising=False)
+        else:
+            monkeypatch.setenv(knob, setting)
+        runs.append((_step(cache, q), _step(cache, q, ks, vs)))
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):  # the attend, then the step that appends
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 20)]
 )

@@ -1,0 +1,56 @@
+"""Hashes of decode outputs (out and LSE bits) over a fixed set of caches: run it with two libraries
+(FOLD_ATTENTION_LIBRARY) or two settings of a knob and compare the lines, to check that a kernel
+change that must keep the bits (a schedule, a fast path) does. Each line: the case, then the
+sha256 prefix of the output's and the LSE's bytes.
+
+python scripts/decode_hashes.py [--depths none,16] [--quick] [--device cpu]
+
+Cases: head dims 64 / 128, group sizes 1, 3, 4, 8 (the dense ring's one-row-block instance) and
+16 (two row blocks), bf16 and fp16, ragged lengths with partial last chunks and splits (1, 63,
+64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. Needs a GPU and a CUDA build.
+"""
+
+import hashlib
+import sys
+
+import torch
+
+sys.path.insert(0, "tests/python")
+from decode_helpers import filled_cache, synth  # noqa: E402
+
+import fold_attention as fa  # noqa: E402
+
+
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+DEPTHS = [None if d == "none" else float(d) for d in arg("--depths", "none").split(",")]
+LENGTHS = [1, 63, 64, 65, 511, 513, 1000, 2100, 4099]
+dev = torch.device(arg("--device", "cuda"))
+
+
+def digest(t):
+    return hashlib.sha256(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def main():
+    shapes = [(128, 8, 1), (128, 4, 4), (128, 2, 8), (128, 2, 16), (64, 3, 3), (64, 4, 8)]
+    dtypes = [torch.bfloat16, torch.float16]
+    if "--quick" in sys.argv:
+        shapes, dtypes = shapes[1:2] + shapes[4:5], dtypes[:1]
+    B, Lmax = len(LENGTHS), max(LENGTHS)
+    for D, Hkv, G in shapes:
+        for dtype in dtypes:
+            q, k, v = synth(B, Hkv, G, D, Lmax, seed=7 + D + G, dtype=dtype)
+            for depth in DEPTHS:
+                cache = filled_cache(k.to(dev), v.to(dev), LENGTHS, Hkv * G, depth=depth, device=dev)
+                out, lse = fa.fold_attn_with_kvcache(q.to(dev), cache, return_lse=True)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                name = f"D{D} H{Hkv * G}/{Hkv} {str(dtype).split('.')[-1]} depth={depth}"
+                print(f"{name:40s} out {digest(out)} lse {digest(lse)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
