@@ -1787,8 +1787,8 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
 // ---------------------------
 //
 // The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
-// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of ST stages (2; 3 / 4
-// for A/B runs, ring_stages) with full / empty mbarriers: the V rows by TMA (a 2-D map over the
+// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of ST stages
+// (ring_stages) with full / empty mbarriers: the V rows by TMA (a 2-D map over the
 // cache's rows, 64 x 64-value boxes with the 128-byte swizzle, so that the ldmatrix reads below are
 // free of bank conflicts; per-row bulk copies into padded rows cost the producer ~540 instructions
 // per chunk, ncu), plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The
@@ -2901,19 +2901,24 @@ using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensor
 template <int NP, bool F16>
 RingKernel ring_kernel_rb(int nrb, int stages) {
   if (nrb <= 1)
-    return stages == 4   ? decode_split_ring_kernel<NP, 1, F16, 4>
-           : stages == 3 ? decode_split_ring_kernel<NP, 1, F16, 3>
-                         : decode_split_ring_kernel<NP, 1, F16, 2>;
+    return stages == 4 ? decode_split_ring_kernel<NP, 1, F16, 4>
+                       : decode_split_ring_kernel<NP, 1, F16, 2>;
   return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2>
          : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2>
                     : decode_split_ring_kernel<NP, 8, F16, 2>;
 }
-// The ring's stages: 2, or FOLD_DECODE_RING_STAGES = 3 / 4 at G <= 8 (A/B runs: more bytes in
-// flight per block against fewer resident blocks). No value depends on it.
-int ring_stages(int G) {
+// The ring's stages at G <= 8 (one row block): 4 at D 64, 2 at D 128; more groups 2.
+// FOLD_DECODE_RING_STAGES = 2 / 4 overrides at G <= 8 (A/B runs). Graphed and interleaved on the
+// H200 (session 21, notes/decode.md section 30): at D 64, 4 stages (a 72 KB block, still three
+// per SM) against 2: B1 L8K H 9/3 -3.3%, B32 L16K H 16/2 -1.1%; at D 128 4 stages leave one
+// block per SM (+11-19% from B8 up) and 3 stages (two blocks per SM) moved nothing (-0.3% to
+// +0.9%). No value depends on it.
+int ring_stages(int D, int G) {
+  if (G > 8) return 2;
   const char *v = std::getenv("FOLD_DECODE_RING_STAGES");
-  if (G > 8 || v == nullptr) return 2;
-  return std::strcmp(v, "4") == 0 ? 4 : std::strcmp(v, "3") == 0 ? 3 : 2;
+  if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
+  if (v != nullptr && std::strcmp(v, "4") == 0) return 4;
+  return D == 64 ? 4 : 2;
 }
 RingKernel ring_kernel(int D, int G, bool f16, int stages) {
   const int nrb = (G + 7) / 8;
@@ -2996,7 +3001,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
-  const int stages = ring_stages(G);
+  const int stages = ring_stages(c.head_dim, G);
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
   const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages);
   if (ring)

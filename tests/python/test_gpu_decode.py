@@ -295,7 +295,7 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
         assert s0 == s1, (s0, s1)
 
 
-@pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "3"), ("FOLD_DECODE_RING_STAGES", "4"),
+@pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
                                          ("FOLD_DECODE_RING_FULL", "0")])
 @pytest.mark.parametrize("blocks", ["0", "3"])
 @pytest.mark.parametrize(
@@ -305,9 +305,9 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
     ids=["bf16-D128-G4", "f16-D64-G3", "f16-D128-G8", "bf16-D64-G4-B70"],
 )
 def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob, value, monkeypatch):
-    # The ring's stage count (FOLD_DECODE_RING_STAGES = 3 / 4 at G <= 8; 2 by default) and its
-    # whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the general one) change
-    # no value: output, LSE and read statistics bit for bit as the default, with one block per item
+    # The ring's stage count (FOLD_DECODE_RING_STAGES = 2 / 4 at G <= 8; by default 4 at D 64, 2
+    # at D 128) and its whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the
+    # general one) change no value: output, LSE and read statistics bit for bit as the default, with one block per item
     # and with fetching blocks (stages and rounds carried over items), for an attend and a step.
     monkeypatch.setenv("FOLD_DECODE_RING", "1")
     monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
