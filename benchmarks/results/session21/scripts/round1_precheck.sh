@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran as notes/prepared/next_round_precheck.sh, from that folder: hence the cd below.)
 # The next session's call for patch 0001 (the eager step's one-read precheck, notes/prepared/
 # README.md), about 2 minutes. Library, xz-compressed at .ab/precheck.so.xz with its commit in
 # .ab/precheck.commit: precheck = main + 0001 (git am, then the CUDA build). Carry .cache for the
