@@ -135,7 +135,7 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
 // PINPF (the default; FOLD_BWD_VARIANT=pin0 gives the older form for A/B runs): as in
 // backward_sm90_ws.cuh, P^T's A fragments are packed once, in front of dP^T's wait, and their
 // XOR is the pin's word. The same values, the same bits.
-// epi16 (default true; FOLD_BWD_VARIANT=epi0 or dK / dV rows not 16-byte aligned: false): the
+// epi16 (default true; FOLD_BWD_VARIANT=epi0: false): the
 // 16-byte epilogue of backward_sm90_epilogue.cuh, as in backward_sm90_ws.cuh. Same bits.
 template <int D, class Tag, bool PINPF = true>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -659,7 +659,9 @@ bool ws_usable(const fold_attn_problem_t &p) {
 }
 
 // Whether every row of t (D 16-bit elements at element_offset(p, t, ...)) starts 16-byte aligned,
-// as the 16-byte epilogue stores need.
+// as the 16-byte epilogue stores need. The C entry point already refuses other views
+// (training_cuda.cpp check_cuda_view); this keeps the stores safe should a caller of the launcher
+// ever skip that check.
 bool rows_16b_aligned(const fold_attn_problem_t &p, const fold_tensor_t &t) {
   const bool dense = p.cu_seqlens == nullptr;
   return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.token_stride % 8 == 0 &&
@@ -683,8 +685,8 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // "wsd": ws with dV / dK issued before the dQ product (the order before session 16; same bits).
   // "pin0": the default's kernel with P packed twice (the pin's form before session 17; same bits).
   // "epi0": the default's kernel with dK / dV stored from the accumulators, 4 bytes at a time
-  // (the older epilogue; same bits). A dK / dV view whose rows are not 16-byte aligned takes
-  // that epilogue too: the default's stores are 16 bytes wide.
+  // (the older epilogue; same bits; also for rows not 16-byte aligned, which the C entry point
+  // refuses before this).
   const bool ws = (var == "ws" || var == "wsd" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) &&
                   ws_usable<D, Tag>(p);
   const bool epi16 = var != "epi0" && rows_16b_aligned(p, dk) && rows_16b_aligned(p, dv);
