@@ -50,6 +50,7 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "cuda/backward_sm90_epilogue.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
 #include "cuda/backward_sm90_ws.cuh"
 #include "cuda/hopper/stmatrix.cuh"
@@ -134,6 +135,8 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
 // PINPF (the default; FOLD_BWD_VARIANT=pin0 gives the older form for A/B runs): as in
 // backward_sm90_ws.cuh, P^T's A fragments are packed once, in front of dP^T's wait, and their
 // XOR is the pin's word. The same values, the same bits.
+// epi16 (default true; FOLD_BWD_VARIANT=epi0: false): the
+// 16-byte epilogue of backward_sm90_epilogue.cuh, as in backward_sm90_ws.cuh. Same bits.
 template <int D, class Tag, bool PINPF = true>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const QdoMuls muls,
                          const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
-                         uint32_t hb_end, uint32_t kb0) {
+                         uint32_t hb_end, uint32_t kb0, bool epi16) {
   using Cfg = Sm90Cfg<D>;
   using T = typename Tag::T;  // __nv_bfloat16 or __half
   constexpr int kBm = Cfg::kBm, kBn = Cfg::kBn;
@@ -518,6 +521,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
   const float nan = __int_as_float(0x7fffffff);
   const float dk_unscale = exp2i(-gs.t);
+  if (epi16) {
+    // Each warp stages its 16 keys' dK rows in the same lines of K and their dV rows in those of
+    // V (lines line0 .. line0 + 15, every column block). Free here: every thread retired all
+    // its wgmmas (step 4's wait<0> of the last pair, which also retires step 3) and executed the
+    // fence.proxy.async behind its last dQ conversion before the __syncthreads above, so no
+    // wgmma reads K or V any more and those async-proxy reads are ordered before the generic
+    // stmatrix writes below. K and V are written only by the load before the loop (waited at
+    // the top of the first pair); nothing is loaded after the last pair; the bulk reduce issued
+    // above reads only the staging tile. A warp touches only its own lines: __syncwarp orders
+    // the stmatrix before the other lanes' loads.
+    const int line0 = 64 * wg + 16 * warp;
+    const int64_t key0 = k0 + line0;
+    const int64_t left = r.len - key0;
+    if (left <= 0) return;
+    const int n_rows = left < 16 ? static_cast<int>(left) : 16;
+    // Row i of the warp at element_offset(.., key0 + i, ..) = element_offset(.., key0, ..) + i
+    // token_stride (dense and packed alike).
+    T *const dk_rows = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key0, hk);
+    T *const dv_rows = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key0, hk);
+    // gs.valid is uniform: one branch instead of a select per element (the same values).
+    if (gs.valid)
+      bwd::stage_warp_rows<D, kBn, Tag>(k_addr, line0, lane, dk_acc, [&](float a) {
+        return mul_rn(mul_rn(a, dk_unscale), p.softmax_scale);
+      });
+    else
+      bwd::stage_warp_rows<D, kBn, Tag>(k_addr, line0, lane, dk_acc, [&](float) { return nan; });
+    bwd::stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dv_acc, [](float a) { return a; });
+    __syncwarp();
+    bwd::store_warp_rows<D, kBn>(k_addr, line0, lane, n_rows, dk_rows, dk.token_stride);
+    bwd::store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dv_rows, dv.token_stride);
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t key = k0 + key_l + 8 * i;
@@ -546,7 +581,7 @@ template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
-                 bool dq_first, bool pin_pf, cudaStream_t stream) {
+                 bool dq_first, bool pin_pf, bool epi16, cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
   auto kernel = !ws ? (pin_pf ? backward_sm90_kernel<D, Tag> : backward_sm90_kernel<D, Tag, false>)
                 : !dq_first ? bwd::backward_ws_kernel<D, Tag, false>
@@ -598,7 +633,8 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                       static_cast<unsigned>((hb_end - hb0 + chunk - 1) / chunk));
       kernel<<<grid, threads, smem_bytes, stream>>>(
           p, q, k, v, dout, lse, delta, bounds, dq_map, mq.map, mdo.map, muls, dk, dv,
-          static_cast<uint32_t>(hb0), static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0));
+          static_cast<uint32_t>(hb0), static_cast<uint32_t>(hb_end), static_cast<uint32_t>(kb0),
+          epi16);
       check(cudaGetLastError(), ws ? "backward_ws_kernel launch" : "backward_sm90_kernel launch");
     }
 }
@@ -622,6 +658,16 @@ bool ws_usable(const fold_attn_problem_t &p) {
   return regs_ok && p.total_tokens <= 0x7fffffff - 256;
 }
 
+// Whether every row of t (D 16-bit elements at element_offset(p, t, ...)) starts 16-byte aligned,
+// as the 16-byte epilogue stores need. The C entry point already refuses other views
+// (training_cuda.cpp check_cuda_view); this keeps the stores safe should a caller of the launcher
+// ever skip that check.
+bool rows_16b_aligned(const fold_attn_problem_t &p, const fold_tensor_t &t) {
+  const bool dense = p.cu_seqlens == nullptr;
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.token_stride % 8 == 0 &&
+         t.head_stride % 8 == 0 && (!dense || t.batch_stride % 8 == 0);
+}
+
 // FOLD_BWD_VARIANT (read at every call): "v1" = v1's order (one chunk of all hb), anything
 // else = v1.1's chunked order (the default); "ws" / "sync" pick the main kernel (below). Same
 // bits for every value.
@@ -638,10 +684,14 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // "ws" / "sync" force one of them (A/B runs, tests). Same bits either way.
   // "wsd": ws with dV / dK issued before the dQ product (the order before session 16; same bits).
   // "pin0": the default's kernel with P packed twice (the pin's form before session 17; same bits).
+  // "epi0": the default's kernel with dK / dV stored from the accumulators, 4 bytes at a time
+  // (the older epilogue; same bits; also for rows not 16-byte aligned, which the C entry point
+  // refuses before this).
   const bool ws = (var == "ws" || var == "wsd" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) &&
                   ws_usable<D, Tag>(p);
+  const bool epi16 = var != "epi0" && rows_16b_aligned(p, dk) && rows_16b_aligned(p, dv);
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws,
-                      var != "wsd", var != "pin0", stream);
+                      var != "wsd", var != "pin0", epi16, stream);
 }
 
 template <class Tag>

@@ -31,6 +31,7 @@
 #include "core/grid_scale.h"
 #include "core/problem.h"
 #include "core/tile_plan.h"
+#include "cuda/backward_sm90_epilogue.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/stmatrix.cuh"
@@ -95,6 +96,11 @@ struct WsCfg {
 // pin packing P once for its XOR and the fragments packing it again after the wait (ptxas did
 // not merge the two: the masked and unmasked paths meet in between). 16 conversions fewer per
 // thread and pair; the same values, the same bits.
+//
+// epi16 (a kernel argument, true by default; FOLD_BWD_VARIANT=epi0 gives the older epilogue for
+// A/B runs, and so does a dK / dV view whose rows are not 16-byte aligned): dK and dV leave
+// through shared memory with 16-byte stores (backward_sm90_epilogue.cuh) instead of 4-byte stores
+// straight from the accumulators. The same values at the same addresses.
 template <int D, class Tag, bool DQF = true, bool PINPF = true>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                        const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_do, const QdoMuls muls,
                        const fold_tensor_t dk, const fold_tensor_t dv, uint32_t hb0,
-                       uint32_t hb_end, uint32_t kb0) {
+                       uint32_t hb_end, uint32_t kb0, bool epi16) {
   namespace hp = hopper;
   using Cfg = WsCfg<D>;
   using T = typename Tag::T;
@@ -514,6 +520,47 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // ---- Epilogue: the consumer's 64 keys of dK and dV (backward_sm90.cu).
   const float nan = __int_as_float(0x7fffffff);
   const float dk_unscale = exp2i(-gs.t);
+  if (epi16) {
+    // Each warp stages its 16 keys' rows in its own 16 lines of V: lines line0 .. line0 + 15 of
+    // both column blocks, the V rows of the same keys. Why they are free here, with no new
+    // barrier: V's lines 64 c .. 64 c + 63 are read only by this consumer's dP^T wgmmas (A =
+    // v_desc_a; the other consumer's wgmmas read its own V lines, the dQ products read dS^T and
+    // K, dV / dK read Q, dO and registers; the producer never touches K or V), and written only
+    // by the K / V load before the loop (waited, fenced, then the first kBarCons). Every thread
+    // of this consumer retires its last dP^T (the wait<0> in step 2 of the last pair's last
+    // sub-block) before it arrives at the last pair's kBarCons, which this warp has passed: no
+    // wgmma reads these lines any more. That barrier is followed, in this thread, by the
+    // fence.proxy.async behind the last dQ conversion, which orders those async-proxy reads
+    // before the generic stmatrix writes below (as for the reuse of a dS^T buffer). The
+    // producer's loads in flight (Q / dO, lse / Delta) and the dQ bulk reduces (the staging
+    // tile) touch other regions, and the other consumer, perhaps still in its last pair, reads
+    // neither these lines nor anything written here. A warp touches only its own lines, so
+    // __syncwarp orders the stmatrix before the other lanes' loads, and dV's loads before dK's
+    // stmatrix: at D 128 one consumer's 16 KB of V holds one of dV / dK at a time.
+    const int line0 = 64 * c + 16 * warp;
+    const int64_t key0 = k0 + line0;
+    const int64_t left = r.len - key0;
+    if (left <= 0) return;
+    const int n_rows = left < 16 ? static_cast<int>(left) : 16;
+    // Row i of the warp at element_offset(.., key0 + i, ..) = element_offset(.., key0, ..) + i
+    // token_stride (dense and packed alike).
+    T *const dk_rows = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key0, hk);
+    T *const dv_rows = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key0, hk);
+    stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dv_acc, [](float a) { return a; });
+    __syncwarp();
+    store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dv_rows, dv.token_stride);
+    __syncwarp();
+    // gs.valid is uniform: one branch instead of a select per element (the same values).
+    if (gs.valid)
+      stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dk_acc, [&](float a) {
+        return mul_rn(mul_rn(a, dk_unscale), p.softmax_scale);
+      });
+    else
+      stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dk_acc, [&](float) { return nan; });
+    __syncwarp();
+    store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dk_rows, dk.token_stride);
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t key = k0 + key_l + 8 * i;

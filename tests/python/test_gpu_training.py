@@ -235,7 +235,8 @@ def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
     force one at every head dim (the default takes ws at D 96 / 128, sync at D 64); wsd is ws with
     dV / dK issued before the dQ product (the default issues dQ first); pin0 packs P twice (the
     pin's form before session 17: the default packs P's fragments once, in front of dP^T's
-    wait)."""
+    wait); epi0 stores dK / dV 4 bytes at a time from the accumulators (the default stages
+    them in shared memory and stores 16 bytes per lane)."""
     dtype = torch.bfloat16
     B, S, H, Hkv = 5, 700, 6, 3  # 15 KV head x request items: chunks of 1, 2, 4, 7, 15
     args = _dense_case(dtype, B, S, H, Hkv, D, 91)
@@ -246,7 +247,7 @@ def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
     cu = _cu(lens)
     packed = [torch.cat([x[i, :n] for i, n in enumerate(lens)]) for x in args]
     ref_v = _fold(*packed, causal, cu)
-    settings = [("FOLD_BWD_VARIANT", v) for v in ("v1", "ws", "sync", "wsd", "pin0")]
+    settings = [("FOLD_BWD_VARIANT", v) for v in ("v1", "ws", "sync", "wsd", "pin0", "epi0")]
     settings += [("FOLD_BWD_HB_CHUNK", c) for c in "12479"]
     for var, value in settings:
         monkeypatch.setenv(var, value)
@@ -257,6 +258,42 @@ def test_backward_schedule_does_not_change_bits(D, causal, monkeypatch):
             _assert_bits(a, b, f"{var}={value} dense {name}")
         for name, a, b in zip(("dq", "dk", "dv"), got_v[2:], ref_v[2:]):
             _assert_bits(a, b, f"{var}={value} varlen {name}")
+
+
+def _bwd_into(q, k, v, dout, causal, dk, dv):
+    """fold_bwd_cuda (dense) with the caller's dk, dv views as outputs; dq, dk, dv."""
+    from fold_attention import _lib, training
+    from fold_attention._bind import float_ptr, fold_tensor, make_problem
+
+    S, scale = q.shape[1], 1.0 / q.shape[-1] ** 0.5
+    spec = training._spec_of(q, k, v, None, S, causal, scale)
+    out, lse = training._fwd_op(q, k, v, None, S, causal, scale)
+    dq = torch.empty_like(q)
+    lib = _lib.library()
+    problem = make_problem(spec, host=False)
+    size = int(lib.fold_bwd_cuda_workspace_size(problem))
+    workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=DEV)
+    args = ([fold_tensor(x, False) for x in (q, k, v, out, dout)] + [float_ptr(lse)]
+            + [fold_tensor(x, False) for x in (dq, dk, dv)])
+    status = lib.fold_bwd_cuda(problem, *args, workspace.data_ptr(), size,
+                               torch.cuda.current_stream().cuda_stream)
+    _lib.check(status, "fold_bwd_cuda")
+    torch.cuda.synchronize()
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("D", (64, 96, 128))
+def test_backward_refuses_unaligned_dk_dv(D):
+    """The default epilogue stores dK / dV 16 bytes at a time: a dK / dV view 8 bytes past a
+    16-byte boundary is refused by the C entry point with an error naming it, before any kernel
+    runs (nothing is written)."""
+    q, k, v, dout = _dense_case(torch.bfloat16, 2, 300, 4, 2, D, 131)
+    bufs = [torch.zeros(k.numel() + 4, dtype=k.dtype, device=DEV) for _ in range(2)]
+    dk, dv = (b[4:].view(k.shape) for b in bufs)
+    assert dk.data_ptr() % 16 == 8 and dv.data_ptr() % 16 == 8
+    with pytest.raises(NotImplementedError, match="dk: data must be 16-byte aligned"):
+        _bwd_into(q, k, v, dout, True, dk, dv)
+    assert not bufs[0].any() and not bufs[1].any()
 
 
 # ---- determinism and invariance -------------------------------------------------------------

@@ -1,0 +1,106 @@
+// The dK / dV epilogue of the sm_90a backward main kernels (backward_sm90.cu and
+// backward_sm90_ws.cuh), through shared memory: each warp writes its 16 key rows of a wgmma
+// accumulator, converted to 16 bits, into a shared tile with stmatrix, then copies the rows to
+// global memory with 16-byte stores, a row's D / 8 pieces on consecutive lanes: a store
+// instruction writes 32 consecutive pieces of the warp's rows (two whole rows at D 128), so
+// whole 32-byte sectors where rows start 32-byte aligned, where the accumulator's own layout
+// gives 4-byte stores that touch 8 rows and half of each sector.
+// The values and their packing are the caller's (`conv`, then pack2 of column pairs, as the
+// 4-byte stores did): the same bits land at the same addresses.
+//
+// The tile is any region of the kernel's shared memory laid out as load_tile_sw writes a
+// [ROWS][D] tile: (D + 63) / 64 column blocks of ROWS 128-byte lines, 16-byte chunk j of
+// line l at j ^ (l % 8) (the kernels use the K / V tiles, whose rows of the warp are free by then;
+// each kernel says why). A warp only touches lines line0 .. line0 + 15 of it, so the warps of a
+// warpgroup need no barrier among them, only __syncwarp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/problem.h"
+#include "cuda/hopper/stmatrix.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace fold::cuda::bwd {
+
+// 16 bytes of shared memory (volatile and a memory clobber: stays after the __syncwarp that
+// orders it behind the other lanes' stmatrix).
+__device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// 16 bytes to global memory in one store where `pred` holds (a predicated store, no branch; a
+// plain uint4 store came out as four 4-byte stores at D 64 / 128: the compiler split the vector
+// that the shared load's asm returns).
+__device__ __forceinline__ void st_global_16_if(bool pred, void *ptr, uint4 v) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %0, 0;\n"
+      "  @p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n"
+      "}\n" ::"r"(static_cast<int>(pred)),
+      "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+      : "memory");
+}
+
+// The warp's accumulator rows (an m64nD wgmma accumulator: lane 4 g + tq holds rows g and g + 8
+// of the warp's 16, columns 8 j + 2 tq + e, in acc[4 j + 2 i + e]) into lines line0 .. line0 +
+// 15 of the tile; line0 is a multiple of 8. stmatrix's fragment of an 8 x 8 matrix is exactly
+// pack2 of such a column pair, so four matrices (rows +0 / +8, column blocks j, j + 1) go in one
+// instruction: lane 8 x + rr gives the address of line rr of matrix x, whose 16-byte chunk
+// (j & 7) ^ rr sits in column block j / 8 (j is even, so j and j + 1 share the column block).
+template <int D, int ROWS, class Tag, class Conv>
+__device__ __forceinline__ void stage_warp_rows(uint32_t tile_addr, int line0, int lane,
+                                                const float (&acc)[D / 2], Conv conv) {
+  const int x = lane >> 3, rr = lane & 7;
+  const uint32_t line = tile_addr + static_cast<uint32_t>(line0 + 8 * (x & 1) + rr) * 128u;
+  const int flip = (x >> 1) ^ rr;  // chunk of column block j0 + (x >> 1) = (j0 & 7) ^ flip
+#pragma unroll
+  for (int j0 = 0; j0 < D / 8; j0 += 2) {
+    const uint32_t addr = line + (j0 >> 3) * (ROWS * 128) + (((j0 & 7) ^ flip) << 4);
+    hopper::stmatrix_x4(addr, tile::pack2(conv(acc[4 * j0]), conv(acc[4 * j0 + 1]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 2]), conv(acc[4 * j0 + 3]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 4]), conv(acc[4 * j0 + 5]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 6]), conv(acc[4 * j0 + 7]), Tag{}));
+  }
+}
+
+// Lines line0 .. line0 + n_rows - 1 of the tile (written by this warp's stage_warp_rows and a
+// __syncwarp since) to global memory: row i (D 16-bit elements) at rows + i * row_stride, 16-byte
+// aligned. Rows n_rows .. 15 are not written (keys past the request's end: the next request's
+// rows in a packed batch). Piece idx = 32 it + lane is chunk idx % (D / 8) of row
+// idx / (D / 8): 16 D / 8 / 32 = D / 16 stores per lane.
+template <int D, int ROWS, class T>
+__device__ __forceinline__ void store_warp_rows(uint32_t tile_addr, int line0, int lane, int n_rows,
+                                                T *rows, int64_t row_stride) {
+  constexpr int kChunks = D / 8;
+  static_assert(16 * kChunks % 32 == 0, "whole stores");
+  constexpr int kIters = 16 * kChunks / 32;
+  // All loads first (the tile's 16 lines are this warp's, so lines past n_rows are read
+  // harmlessly), then the stores: the loads' latencies overlap instead of each store waiting
+  // for its own.
+  uint4 piece[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = 32 * it + lane;
+    const int row = idx / kChunks, ch = idx % kChunks;
+    piece[it] =
+        ld_shared_16(tile_addr + (ch >> 3) * (ROWS * 128) +
+                     static_cast<uint32_t>(line0 + row) * 128u + (((ch & 7) ^ (row & 7)) << 4));
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = 32 * it + lane;
+    const int row = idx / kChunks, ch = idx % kChunks;
+    st_global_16_if(row < n_rows, rows + row * row_stride + 8 * ch, piece[it]);
+  }
+}
+
+}  // namespace fold::cuda::bwd
