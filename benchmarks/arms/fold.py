@@ -75,8 +75,11 @@ def train_candidates(p: TrainProblem, mode: str) -> List[Candidate]:
 
 def _with_variant(fn, mode: str, var: str):
     """fn with FOLD_FWD_VARIANT / FOLD_BWD_VARIANT (read by the library at every call) set to
-    var during the call (graph capture included)."""
+    var during the call (graph capture included); a var of the form NAME=VALUE sets that
+    variable instead (another setting read at every call, e.g. FOLD_FWD_HB_CHUNK=64)."""
     name = "FOLD_FWD_VARIANT" if mode == "fwd" else "FOLD_BWD_VARIANT"
+    if "=" in var:
+        name, var = var.split("=", 1)
 
     def run():
         old = os.environ.pop(name, None)
