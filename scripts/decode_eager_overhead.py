@@ -72,11 +72,14 @@ def full():
 def full_torch_checks():
     # the step with the torch checks (the lengths read, then a finiteness test per input)
     # instead of the one-kernel precheck, where the library has it (FOLD_DECODE_PRECHECK=0)
+    old = os.environ.get("FOLD_DECODE_PRECHECK")
     os.environ["FOLD_DECODE_PRECHECK"] = "0"
     try:
         fa.fold_attn_with_kvcache(q, cache, ks, vs)
     finally:
         os.environ.pop("FOLD_DECODE_PRECHECK", None)
+        if old is not None:
+            os.environ["FOLD_DECODE_PRECHECK"] = old
 
 def full_old():
     # the previous eager path, reconstructed: a finiteness test per tensor, gather always,

@@ -7,7 +7,9 @@ python scripts/decode_hashes.py [--depths none,16] [--quick] [--device cpu]
 
 Cases: head dims 64 / 128, group sizes 1, 3, 4, 8 (the dense ring's one-row-block instance) and
 16 (two row blocks), bf16 and fp16, ragged lengths with partial last chunks and splits (1, 63,
-64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. Needs a GPU and a CUDA build.
+64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. Needs a GPU and a CUDA build
+(of session 21 or later: the package's eager step calls the library's precheck entry point, so an
+older library cannot be compared through it).
 """
 
 import hashlib

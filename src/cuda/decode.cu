@@ -2913,11 +2913,13 @@ RingKernel ring_kernel_rb(int nrb, int stages) {
 // per SM) against 2: B1 L8K H 9/3 -3.3%, B32 L16K H 16/2 -1.1%; at D 128 4 stages leave one
 // block per SM (+11-19% from B8 up) and 3 stages (two blocks per SM) moved nothing (-0.3% to
 // +0.9%). No value depends on it.
-int ring_stages(int D, int G) {
+// Any other value of the variable is ignored. `forced`: the variable chose.
+int ring_stages(int D, int G, bool &forced) {
+  forced = false;
   if (G > 8) return 2;
   const char *v = std::getenv("FOLD_DECODE_RING_STAGES");
-  if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
-  if (v != nullptr && std::strcmp(v, "4") == 0) return 4;
+  forced = v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "4") == 0);
+  if (forced) return v[0] - '0';
   return D == 64 ? 4 : 2;
 }
 RingKernel ring_kernel(int D, int G, bool f16, int stages) {
@@ -3001,7 +3003,27 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const bool ring = split_ring_supported(c, p);
-  const int stages = ring_stages(c.head_dim, G);
+  bool stages_forced = false;
+  int stages = ring_stages(c.head_dim, G, stages_forced);
+  if (ring && stages == 4 && !stages_forced) {
+    // 4 stages (a 74.5 KB block at D 64) only where the fetching blocks' request table (batch + 1
+    // ints, below) still fits beside them at the same residency; else 2 stages with fetching, the
+    // form measured at every batch before 4 stages (without it a large batch would run one block
+    // per item: 6% slower at D 64 in section 27; 4 stages were measured at B1 and B32 only).
+    // Scheduling only: no value depends on it.
+    // (The batch is tested first: a table for more than 1,024 requests is never held.)
+    if (c.batch > 1024) {
+      stages = 2;
+    } else {
+      const auto k4 =
+          reinterpret_cast<const void *>(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4));
+      const size_t s4 = split_ring_smem_bytes(G, c.head_dim, 4);
+      const size_t s4f = s4 + static_cast<size_t>(c.batch + 1) * 4;
+      set_max_dynamic_smem(k4, static_cast<int>(s4f), "decode_split_ring_kernel");
+      if (resident_blocks(k4, kRingThreads, s4f) < resident_blocks(k4, kRingThreads, s4))
+        stages = 2;
+    }
+  }
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
   const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages);
   if (ring)

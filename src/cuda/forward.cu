@@ -999,7 +999,10 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
   const int64_t group = p.n_heads / p.n_kv_heads;
   const int64_t n_units = static_cast<int64_t>(p.batch) * p.n_kv_heads;
   const bool uniform = !p.causal && p.cu_seqlens == nullptr;
-  const bool causal_mha = p.causal && p.cu_seqlens == nullptr && group == 1 && p.head_dim == 128;
+  // (Only with 16 query blocks or more, as measured: with fewer, half a wave of pairs is one or
+  // two waves of tiles, where two-wave chunks lost to the longest-first order.)
+  const bool causal_mha =
+      p.causal && p.cu_seqlens == nullptr && group == 1 && p.head_dim == 128 && q_blocks >= 16;
   int64_t target = uniform      ? (2 * sm_count() + q_blocks - 1) / std::max<int64_t>(q_blocks, 1)
                    : causal_mha ? std::max<int64_t>(sm_count() / 2, 1)
                                 : n_units * group;
