@@ -12,7 +12,6 @@ Cases: head dims 64 / 128, group sizes 1, 3, 4, 8 (the dense ring's one-row-bloc
 older library cannot be compared through it).
 """
 
-import hashlib
 import sys
 
 import torch
@@ -21,6 +20,7 @@ sys.path.insert(0, "tests/python")
 from decode_helpers import filled_cache, synth  # noqa: E402
 
 import fold_attention as fa  # noqa: E402
+from grad_hashes import digest  # noqa: E402 (scripts/, the script's own folder)
 
 
 def arg(name, default):
@@ -30,10 +30,6 @@ def arg(name, default):
 DEPTHS = [None if d == "none" else float(d) for d in arg("--depths", "none").split(",")]
 LENGTHS = [1, 63, 64, 65, 511, 513, 1000, 2100, 4099]
 dev = torch.device(arg("--device", "cuda"))
-
-
-def digest(t):
-    return hashlib.sha256(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 def main():

@@ -540,13 +540,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // token_stride (dense and packed alike).
     T *const dk_rows = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key0, hk);
     T *const dv_rows = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key0, hk);
-    // gs.valid is uniform: one branch instead of a select per element (the same values).
-    if (gs.valid)
-      bwd::stage_warp_rows<D, kBn, Tag>(k_addr, line0, lane, dk_acc, [&](float a) {
-        return mul_rn(mul_rn(a, dk_unscale), p.softmax_scale);
-      });
-    else
-      bwd::stage_warp_rows<D, kBn, Tag>(k_addr, line0, lane, dk_acc, [&](float) { return nan; });
+    bwd::stage_dk_rows<D, kBn, Tag>(k_addr, line0, lane, dk_acc, gs.valid, dk_unscale,
+                                    p.softmax_scale);
     bwd::stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dv_acc, [](float a) { return a; });
     __syncwarp();
     bwd::store_warp_rows<D, kBn>(k_addr, line0, lane, n_rows, dk_rows, dk.token_stride);

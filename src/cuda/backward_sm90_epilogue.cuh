@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "core/grid_scale.h"
 #include "core/problem.h"
 #include "cuda/hopper/stmatrix.cuh"
 #include "cuda/tile_mma.cuh"
@@ -70,6 +71,21 @@ __device__ __forceinline__ void stage_warp_rows(uint32_t tile_addr, int line0, i
                         tile::pack2(conv(acc[4 * j0 + 4]), conv(acc[4 * j0 + 5]), Tag{}),
                         tile::pack2(conv(acc[4 * j0 + 6]), conv(acc[4 * j0 + 7]), Tag{}));
   }
+}
+
+// dK's rows (stage_warp_rows): the accumulator times 2^-t and the softmax scale where the group's
+// grid scale is valid, NaN elsewhere. `valid` is uniform: one branch, not a select per element.
+template <int D, int ROWS, class Tag>
+__device__ __forceinline__ void stage_dk_rows(uint32_t tile_addr, int line0, int lane,
+                                              const float (&acc)[D / 2], bool valid,
+                                              float dk_unscale, float softmax_scale) {
+  if (valid)
+    stage_warp_rows<D, ROWS, Tag>(tile_addr, line0, lane, acc, [&](float a) {
+      return mul_rn(mul_rn(a, dk_unscale), softmax_scale);
+    });
+  else
+    stage_warp_rows<D, ROWS, Tag>(tile_addr, line0, lane, acc,
+                                  [](float) { return __int_as_float(0x7fffffff); });
 }
 
 // Lines line0 .. line0 + n_rows - 1 of the tile (written by this warp's stage_warp_rows and a

@@ -550,13 +550,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     __syncwarp();
     store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dv_rows, dv.token_stride);
     __syncwarp();
-    // gs.valid is uniform: one branch instead of a select per element (the same values).
-    if (gs.valid)
-      stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dk_acc, [&](float a) {
-        return mul_rn(mul_rn(a, dk_unscale), p.softmax_scale);
-      });
-    else
-      stage_warp_rows<D, kBn, Tag>(v_addr, line0, lane, dk_acc, [&](float) { return nan; });
+    stage_dk_rows<D, kBn, Tag>(v_addr, line0, lane, dk_acc, gs.valid, dk_unscale, p.softmax_scale);
     __syncwarp();
     store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dk_rows, dk.token_stride);
     return;

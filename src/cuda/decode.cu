@@ -2922,6 +2922,19 @@ int ring_stages(int D, int G, bool &forced) {
   if (forced) return v[0] - '0';
   return D == 64 ? 4 : 2;
 }
+// The blocks of a ring kernel resident at once (all SMs) when each also holds the fetching
+// blocks' request table (batch + 1 ints, up to 4 KB), or 0 where the table would cost a resident
+// block or the batch exceeds 1,024 requests: fetching is then off (one block per item). (At
+// D 128, G 9-16 the 3 blocks per SM that registers allow leave under 700 bytes of shared memory;
+// at D 64 with 4 stages, ~1.1-1.3 KB.)
+int64_t fetch_resident(RingKernel kernel, size_t smem, int batch) {
+  if (batch > 1024) return 0;
+  const auto k = reinterpret_cast<const void *>(kernel);
+  const size_t with_table = smem + static_cast<size_t>(batch + 1) * 4;
+  set_max_dynamic_smem(k, static_cast<int>(with_table), "decode_split_ring_kernel");
+  const int r = resident_blocks(k, kRingThreads, with_table);
+  return r == resident_blocks(k, kRingThreads, smem) ? static_cast<int64_t>(r) * sm_count() : 0;
+}
 RingKernel ring_kernel(int D, int G, bool f16, int stages) {
   const int nrb = (G + 7) / 8;
   if (D == 64)
@@ -3011,18 +3024,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     // form measured at every batch before 4 stages (without it a large batch would run one block
     // per item: 6% slower at D 64 in section 27; 4 stages were measured at B1 and B32 only).
     // Scheduling only: no value depends on it.
-    // (The batch is tested first: a table for more than 1,024 requests is never held.)
-    if (c.batch > 1024) {
+    if (fetch_resident(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4),
+                       split_ring_smem_bytes(G, c.head_dim, 4), c.batch) == 0)
       stages = 2;
-    } else {
-      const auto k4 =
-          reinterpret_cast<const void *>(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4));
-      const size_t s4 = split_ring_smem_bytes(G, c.head_dim, 4);
-      const size_t s4f = s4 + static_cast<size_t>(c.batch + 1) * 4;
-      set_max_dynamic_smem(k4, static_cast<int>(s4f), "decode_split_ring_kernel");
-      if (resident_blocks(k4, kRingThreads, s4f) < resident_blocks(k4, kRingThreads, s4))
-        stages = 2;
-    }
   }
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
   const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages);
@@ -3089,18 +3093,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     // Fetching blocks also hold the requests' first items (batch + 1 ints: up to 4 KB, so only
     // up to 1,024 requests, and only where it costs no resident block; else one block per item).
     const size_t smem_fetch = smem_ring + static_cast<size_t>(c.batch + 1) * 4;
-    const auto resident = [&](size_t bytes) {
-      set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(bytes),
-                           "decode_split_ring_kernel");
-      return static_cast<int64_t>(
-                 resident_blocks(reinterpret_cast<const void *>(split_ring), kRingThreads, bytes)) *
-             sm_count();
-    };
-    // (Fetching only where the table costs no resident block: at D 128, G 9-16 the 3 blocks per
-    // SM that registers allow leave under 700 bytes of shared memory.)
     int64_t blocks = items;
-    const int64_t r = c.batch <= 1024 ? resident(smem_fetch) : 0;
-    if (r > 0 && r == resident(smem_ring)) {
+    const int64_t r = fetch_resident(split_ring, smem_ring, c.batch);
+    if (r > 0) {
       if (items >= 4 * r) {
         blocks = r;
       } else if (items > r) {

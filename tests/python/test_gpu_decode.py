@@ -262,6 +262,27 @@ MANY = [RAGGED[i % len(RAGGED)] if i not in (31, 32, 63, 64) else [None, 0, 700,
     (31, 32, 63, 64).index(i)] for i in range(70)]
 
 
+def _ring_runs_same_bits(dtype, D, Hkv, G, lengths, seed, set_arm, monkeypatch):
+    """The dense ring on two equal caches, an attend then a step that appends on each, with
+    set_arm(0) / set_arm(1) called before each cache's steps (the settings compared): output,
+    LSE and read statistics bit for bit."""
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
+    ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
+              for _ in range(2)]
+    _fill(caches, k, v, lengths, chunks=2)
+    runs = []
+    for arm, cache in enumerate(caches):
+        set_arm(arm)
+        runs.append((_step(cache, q), _step(cache, q, ks, vs)))
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):  # the attend, then the step that appends
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize("blocks", ["1", "3", "7"])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G,lengths",
@@ -278,21 +299,8 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
     # Scheduling only: output, LSE and read statistics bit for bit as one block per item, for an
     # attend and for a step that appends (and for the second step, the counter reset by the
     # front).
-    monkeypatch.setenv("FOLD_DECODE_RING", "1")
-    B = len(lengths)
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=17, dtype=dtype)
-    ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
-              for _ in range(2)]
-    _fill(caches, k, v, lengths, chunks=2)
-    runs = []
-    for cache, n in zip(caches, ["0", blocks]):
-        monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", n)
-        runs.append((_step(cache, q), _step(cache, q, ks, vs)))
-    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):  # the attend, then the step that appends
-        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
-        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
-        assert s0 == s1, (s0, s1)
+    _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 17, lambda arm: monkeypatch.setenv(
+        "FOLD_DECODE_RING_BLOCKS", ["0", blocks][arm]), monkeypatch)
 
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
@@ -307,27 +315,18 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
 def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob, value, monkeypatch):
     # The ring's stage count (FOLD_DECODE_RING_STAGES = 2 / 4 at G <= 8; by default 4 at D 64, 2
     # at D 128) and its whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the
-    # general one) change no value: output, LSE and read statistics bit for bit as the default, with one block per item
-    # and with fetching blocks (stages and rounds carried over items), for an attend and a step.
-    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    # general one) change no value: output, LSE and read statistics bit for bit as the default,
+    # with one block per item and with fetching blocks (stages and rounds carried over items),
+    # for an attend and a step.
     monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
-    B = len(lengths)
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=23, dtype=dtype)
-    ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
-              for _ in range(2)]
-    _fill(caches, k, v, lengths, chunks=2)
-    runs = []
-    for cache, setting in zip(caches, [None, value]):
-        if setting is None:
+
+    def set_arm(arm):
+        if arm == 0:
             monkeypatch.delenv(knob, raising=False)
         else:
-            monkeypatch.setenv(knob, setting)
-        runs.append((_step(cache, q), _step(cache, q, ks, vs)))
-    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):  # the attend, then the step that appends
-        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
-        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
-        assert s0 == s1, (s0, s1)
+            monkeypatch.setenv(knob, value)
+
+    _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 23, set_arm, monkeypatch)
 
 
 @pytest.mark.parametrize(
