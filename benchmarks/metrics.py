@@ -32,17 +32,25 @@ def rel_fro_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return num / den
 
 
+ROW_FLOOR = 2.0 ** -10  # relative to the tensor's RMS row norm (see worst_row_error)
+
+
 def worst_row_error(out: torch.Tensor, ref: torch.Tensor, eps: float = 1e-30) -> float:
-    """max over rows of ||out_row - ref_row|| / ||ref_row||; a row is the last dim."""
+    """max over rows of ||out_row - ref_row|| / max(||ref_row||, ROW_FLOOR x RMS row norm); a
+    row is the last dim. The floor keeps rows whose reference is zero up to rounding (causal
+    dQ's first query row: one key, so dS = 0) from turning rounding noise into ratios of 1e24;
+    a row at or above the floor is measured against its own norm."""
     if out.shape != ref.shape:
         raise ValueError(f"shape mismatch: {tuple(out.shape)} vs {tuple(ref.shape)}")
     d = ref.shape[-1]
     r = _f64(ref).reshape(-1, d)
     o = _f64(out).reshape(-1, d)
     num = torch.linalg.vector_norm(o - r, dim=1)
-    den = torch.linalg.vector_norm(r, dim=1).clamp_min(eps)
     if num.numel() == 0:
         return 0.0
+    rn = torch.linalg.vector_norm(r, dim=1)
+    floor = ROW_FLOOR * torch.sqrt(torch.mean(rn * rn)).item()
+    den = rn.clamp_min(max(floor, eps))
     return (num / den).max().item()
 
 

@@ -26,6 +26,20 @@ def test_worst_row_finds_the_bad_row():
     assert metrics.rel_fro_error(out, ref) < 0.3
 
 
+def test_worst_row_floors_a_zero_reference_row():
+    # A row whose reference is zero up to rounding (causal dQ's first row) is measured against
+    # 2^-10 of the RMS row norm, not against its own ~1e-30 norm.
+    ref = torch.ones(4, 8, dtype=torch.float64)
+    ref[0] = 1e-30
+    out = ref.clone()
+    out[0] = 1e-6
+    assert metrics.worst_row_error(out, ref) == pytest.approx(1e-6 / (2.0 ** -10 * (0.75 ** 0.5)), rel=1e-6)
+    out[0] = ref[0]
+    out[2] *= 1.25  # an ordinary row is still measured against its own norm
+    assert metrics.worst_row_error(out, ref) == pytest.approx(0.25)
+    assert metrics.worst_row_error(torch.zeros(3, 2), torch.zeros(3, 2)) == 0.0
+
+
 def test_bf16_floor_is_bf16_rounding():
     torch.manual_seed(0)
     ref = torch.randn(64, 128, dtype=torch.float32)
