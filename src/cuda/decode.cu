@@ -3056,24 +3056,31 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                          static_cast<int>(smem_screen), "decode_split_screen_kernel");
   // The rings' TMA maps over the cache's rows (page, KV head, row): V in 64 x 64-value boxes
   // with the 128-byte swizzle, the K planes in 64-row boxes, the scales as rows of 64.
+  // L2 promotion: 128 bytes for the dense ring (H200, graphed, interleaved: 2.6-3.3% faster
+  // than 256 at B8-B128 D 128, the same at B1 and D 64; none measured as 128; session 23), 256
+  // for the screen (not measured yet). FOLD_DECODE_L2PROMO (0 / 64 / 128 / 256, read at every
+  // call) sets both, for A/B runs; the bits never depend on it.
   CUtensorMap vmap{}, amap{}, bmap{}, smap{};
   if (ring || screen) {
+    const CUtensorMapL2promotion promo =
+        l2_promotion("FOLD_DECODE_L2PROMO", ring ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                 : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
     const uint64_t rows = static_cast<uint64_t>(c.num_pages) * c.n_kv_heads * c.page_size;
     const uint64_t D = static_cast<uint64_t>(c.head_dim);
     const uint64_t pdims[2] = {D, rows}, pstrides[1] = {D};
     const uint32_t pbox[2] = {static_cast<uint32_t>(D), 64};
     amap = encode_tiled(c.k_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox,
-                        CU_TENSOR_MAP_SWIZZLE_NONE);
+                        CU_TENSOR_MAP_SWIZZLE_NONE, promo);
     bmap = encode_tiled(c.k_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox,
-                        CU_TENSOR_MAP_SWIZZLE_NONE);
+                        CU_TENSOR_MAP_SWIZZLE_NONE, promo);
     const uint64_t sdims[2] = {64, rows / 64}, sstrides[1] = {128};
     const uint32_t sbox[2] = {64, 1};
     smap = encode_tiled(c.k_scale, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, sdims, sstrides, sbox,
-                        CU_TENSOR_MAP_SWIZZLE_NONE);
+                        CU_TENSOR_MAP_SWIZZLE_NONE, promo);
     if (ring) {
       const uint64_t vdims[2] = {D, rows}, vstrides[1] = {D * 2};
       const uint32_t vbox[2] = {64, 64};
-      vmap = encode_tiled_16bit(c.v, 2, vdims, vstrides, vbox, CU_TENSOR_MAP_SWIZZLE_128B);
+      vmap = encode_tiled_16bit(c.v, 2, vdims, vstrides, vbox, CU_TENSOR_MAP_SWIZZLE_128B, promo);
     }
   }
   // Pass 0: every group.

@@ -2,6 +2,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/status.h"
@@ -37,15 +39,27 @@ constexpr uint64_t kMaxStride = uint64_t{1} << 40;
 
 }  // namespace
 
+CUtensorMapL2promotion l2_promotion(const char *env_name, CUtensorMapL2promotion fallback) {
+  const char *v = std::getenv(env_name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  if (std::strcmp(v, "0") == 0) return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  if (std::strcmp(v, "64") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+  if (std::strcmp(v, "128") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  if (std::strcmp(v, "256") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  fail(FOLD_ERR_INVALID_ARGUMENT,
+       std::string(env_name) + "=" + v + ": expected 0 (no promotion), 64, 128 or 256");
+}
+
 CUtensorMap encode_tiled_16bit(const void *base, int rank, const uint64_t *dims,
                                const uint64_t *byte_strides, const uint32_t *box,
-                               CUtensorMapSwizzle swizzle) {
-  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, dims, byte_strides, box, swizzle);
+                               CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion) {
+  return encode_tiled(base, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, dims, byte_strides, box, swizzle,
+                      promotion);
 }
 
 CUtensorMap encode_tiled(const void *base, CUtensorMapDataType type, int rank, const uint64_t *dims,
                          const uint64_t *byte_strides, const uint32_t *box,
-                         CUtensorMapSwizzle swizzle) {
+                         CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion) {
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) fail(FOLD_ERR_INTERNAL, "TMA base not aligned");
   cuuint64_t d[5];
   cuuint64_t s[4];
@@ -58,10 +72,9 @@ CUtensorMap encode_tiled(const void *base, CUtensorMapDataType type, int rank, c
     if (i + 1 < rank) s[i] = byte_strides[i];
   }
   CUtensorMap map;
-  const CUresult res =
-      encode_fn()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void *>(base), d, s, b, e,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult res = encode_fn()(
+      &map, type, static_cast<cuuint32_t>(rank), const_cast<void *>(base), d, s, b, e,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS)
     fail(FOLD_ERR_CUDA, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(res) + ")");
   return map;
@@ -95,7 +108,11 @@ ViewMap make_view_map(const fold_attn_problem_t &p, const fold_tensor_t &t, int 
   const uint64_t dims[4] = {d_dim, h_dim, tokens, b_dim};
   const uint64_t strides[3] = {head_bytes, token_bytes, batch_bytes};
   const uint32_t box[4] = {64, 1, static_cast<uint32_t>(box_rows), 1};
-  v.map = encode_tiled_16bit(t.data, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  // FOLD_TRAIN_L2PROMO (0 / 64 / 128 / 256, read at every call): the training maps' L2 fill
+  // granule, for A/B runs; default 256 bytes.
+  v.map =
+      encode_tiled_16bit(t.data, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                         l2_promotion("FOLD_TRAIN_L2PROMO", CU_TENSOR_MAP_L2_PROMOTION_L2_256B));
   return v;
 }
 

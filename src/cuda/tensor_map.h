@@ -48,14 +48,23 @@ ViewMap make_view_map(const fold_attn_problem_t &p, const fold_tensor_t &t, int 
 
 // Generic 16-bit tiled map (rank 2..5): dims/box innermost first, byte strides for dims
 // 1..rank-1. For other kernels; same rules as above.
-CUtensorMap encode_tiled_16bit(const void *base, int rank, const uint64_t *dims,
-                               const uint64_t *byte_strides, const uint32_t *box,
-                               CUtensorMapSwizzle swizzle);
+CUtensorMap encode_tiled_16bit(
+    const void *base, int rank, const uint64_t *dims, const uint64_t *byte_strides,
+    const uint32_t *box, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 
 // Tiled map of any element type (e.g. INT32 for the backward's dQ grid, the target of TMA
 // reduce-adds); encode_tiled_16bit is this with UINT16.
+// `promotion`: the L2 fill granule of the map's loads (a TMA load that misses L2 fills it in
+// units of this size, which can fetch neighbouring bytes the box does not ask for).
 CUtensorMap encode_tiled(const void *base, CUtensorMapDataType type, int rank, const uint64_t *dims,
                          const uint64_t *byte_strides, const uint32_t *box,
-                         CUtensorMapSwizzle swizzle);
+                         CUtensorMapSwizzle swizzle,
+                         CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+
+// The L2 promotion named by the environment variable `env_name` ("0" none, "64", "128", "256";
+// read at every call, for A/B runs), else `fallback`; any other value is refused
+// (FOLD_ERR_INVALID_ARGUMENT naming the variable).
+CUtensorMapL2promotion l2_promotion(const char *env_name, CUtensorMapL2promotion fallback);
 
 }  // namespace fold::cuda
