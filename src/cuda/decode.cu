@@ -3056,10 +3056,10 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                          static_cast<int>(smem_screen), "decode_split_screen_kernel");
   // The rings' TMA maps over the cache's rows (page, KV head, row): V in 64 x 64-value boxes
   // with the 128-byte swizzle, the K planes in 64-row boxes, the scales as rows of 64.
-  // L2 promotion: 128 bytes for the dense ring (H200, graphed, interleaved: 2.6-3.3% faster
-  // than 256 at B8-B128 D 128, the same at B1 and D 64; none measured as 128; session 23), 256
-  // for the screen (not measured yet). FOLD_DECODE_L2PROMO (0 / 64 / 128 / 256, read at every
-  // call) sets both, for A/B runs; the bits never depend on it.
+  // L2 promotion: 128 bytes for the dense ring (H200, graphed, interleaved, two runs: 1.4-3.3%
+  // faster than 256 at B8-B128 D 128, 1-2% at D 64 B32-B64, the same at B1; none or 64 measured
+  // as 128; session 23), 256 for the opt-in screen ring (not measured). FOLD_DECODE_L2PROMO
+  // (0 / 64 / 128 / 256, read at every call) sets both, for A/B runs; the bits never depend on it.
   CUtensorMap vmap{}, amap{}, bmap{}, smap{};
   if (ring || screen) {
     const CUtensorMapL2promotion promo =
