@@ -304,7 +304,8 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
 
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
-                                         ("FOLD_DECODE_RING_FULL", "0")])
+                                         ("FOLD_DECODE_RING_FULL", "0"), ("FOLD_DECODE_L2PROMO", "256"),
+                                         ("FOLD_DECODE_L2PROMO", "0")])
 @pytest.mark.parametrize("blocks", ["0", "3"])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G,lengths",
@@ -314,8 +315,9 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
 )
 def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob, value, monkeypatch):
     # The ring's stage count (FOLD_DECODE_RING_STAGES = 2 / 4 at G <= 8; by default 4 at D 64, 2
-    # at D 128) and its whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the
-    # general one) change no value: output, LSE and read statistics bit for bit as the default,
+    # at D 128), its whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the
+    # general one) and its maps' L2 promotion (FOLD_DECODE_L2PROMO; default 128 bytes) change no
+    # value: output, LSE and read statistics bit for bit as the default,
     # with one block per item and with fetching blocks (stages and rounds carried over items),
     # for an attend and a step.
     monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
@@ -327,6 +329,23 @@ def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob,
             monkeypatch.setenv(knob, value)
 
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 23, set_arm, monkeypatch)
+
+
+def test_decode_l2_promotion_setting_is_checked(monkeypatch):
+    # FOLD_DECODE_L2PROMO takes 0, 64, 128 or 256: anything else is refused with a message that
+    # names it (never read as some granule), and the cache still attends afterwards.
+    monkeypatch.setenv("FOLD_DECODE_RING", "1")
+    q, k, v = synth(2, 2, 4, 128, 300, seed=5, dtype=torch.bfloat16)
+    cache = _make(CUDA, 2, 8, 2, 128, 400, page_size=128, dtype=torch.bfloat16, depth=None)
+    _fill([cache], k, v, [300, 77], chunks=1)
+    expect = _step(cache, q)
+    for bad in ("7", "x", "128b"):
+        monkeypatch.setenv("FOLD_DECODE_L2PROMO", bad)
+        with pytest.raises(ValueError, match="FOLD_DECODE_L2PROMO"):
+            _step(cache, q)
+    monkeypatch.delenv("FOLD_DECODE_L2PROMO")
+    got = _step(cache, q)
+    assert torch.equal(expect[0].view(torch.int16), got[0].view(torch.int16))
 
 
 @pytest.mark.parametrize(

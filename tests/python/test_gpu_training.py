@@ -533,6 +533,21 @@ def test_forward_tile_order_setting_is_checked(monkeypatch):
     _assert_bits(expect[0], got[0], "huge chunk out")
 
 
+def test_training_l2_promotion_setting(monkeypatch):
+    """FOLD_TRAIN_L2PROMO (the training maps' L2 fill granule, for A/B runs) changes no bits of
+    the forward or the backward, and a value other than 0 / 64 / 128 / 256 is refused with a
+    message naming it."""
+    case = _dense_case(torch.bfloat16, 2, 200, 4, 2, 128, 260)
+    expect = _fold(*case, True)
+    for value in ("0", "128"):
+        monkeypatch.setenv("FOLD_TRAIN_L2PROMO", value)
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), expect, _fold(*case, True)):
+            _assert_bits(a, b, f"promotion {value} {name}")
+    monkeypatch.setenv("FOLD_TRAIN_L2PROMO", "96")
+    with pytest.raises(ValueError, match="FOLD_TRAIN_L2PROMO"):
+        _fwd(*case[:3], True)
+
+
 @pytest.mark.parametrize("ctas", ["", "2"])
 def test_forward_v12_graph_capture(ctas, monkeypatch):
     """v1.2's static tile schedule needs nothing reset between launches: a captured forward
