@@ -76,6 +76,12 @@ bool env_on(const char *name) {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// A default-off switch read per call: on only when set to "1" (opt-in forms for A/B runs).
+bool env_on_explicit(const char *name) {
+  const char *v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
@@ -512,8 +518,11 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
 // chains) the first row step's q values are loaded into registers at the start, as before this
 // session. Two instances, so that each gets its own register allocation.
-template <int E, bool SMALL>
-__global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
+// UNROLL (opt-in, FOLD_DECODE_FRONT_UNROLL=1, only where the front's grid fits in one block per
+// SM): SMALL with every sample tile's key loads issued before the first tile's MMAs, registers
+// unbounded (up to 168 at D 128: one block per SM).
+template <int E, bool SMALL, bool UNROLL = false>
+__global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
                         const int appended) {
@@ -637,25 +646,20 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
         qf[sl] = make_uint4(pa[0], pb[0], pa[1], pb[1]);
       }
     }
-    // Not unrolled: unrolled, ptxas (64 registers) interleaved each tile's four key loads with
-    // its mma's, four memory latencies per tile instead of one (ncu, B128: front 37.5 -> 42.9 us
-    // after this session's bookkeeping moved in); as a loop the loads issue together.
-#pragma unroll 1
-    for (int tile = 0; tile < kTiles; ++tile) {
-      const int base = 32 * warp + 8 * tile;
-      if (base >= n) break;  // warp-uniform
-      int4 la[NP], lb[NP];
-      {
-        const int slot = base + mg;  // this lane's key (B column mg)
-        const int64_t kr = slot < n ? s_kr[slot] : -1;
+    // The lane's key bytes of tile `tile` (zeros past the sample), and that tile's fine logits.
+    auto load_tile = [&](int tile, int4(&la)[NP], int4(&lb)[NP]) {
+      const int slot = 32 * warp + 8 * tile + mg;  // this lane's key (B column mg)
+      const int64_t kr = slot < n ? s_kr[slot] : -1;
 #pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          la[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_a + kr * D)[mt + 4 * i]
-                          : make_int4(0, 0, 0, 0);
-          lb[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_b + kr * D)[mt + 4 * i]
-                          : make_int4(0, 0, 0, 0);
-        }
+      for (int i = 0; i < NP; ++i) {
+        la[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_a + kr * D)[mt + 4 * i]
+                        : make_int4(0, 0, 0, 0);
+        lb[i] = kr >= 0 ? reinterpret_cast<const int4 *>(c.k_b + kr * D)[mt + 4 * i]
+                        : make_int4(0, 0, 0, 0);
       }
+    };
+    auto tile_logits = [&](int tile, const int4(&la)[NP], const int4(&lb)[NP]) {
+      const int base = 32 * warp + 8 * tile;
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -671,6 +675,28 @@ __global__ void __launch_bounds__(kThreads, E == 8 ? 2 : 4)
         if (mg < rows && slot < n)
           x8[mg][slot] = fine_logit(ca[j], ca[2 + j], cb[j], cb[2 + j],
                                     logit_multiplier(s_sq[mg], s_sk[slot], 16 + log2d));
+      }
+    };
+    if constexpr (UNROLL && NP <= 2) {
+      // A small batch (one row per block, few blocks: the front's chain is the step's critical
+      // path): every tile's key loads first, one memory latency per warp instead of one per tile
+      // (up to 64 registers of loads).
+      int4 la[kTiles][NP], lb[kTiles][NP];
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile) load_tile(tile, la[tile], lb[tile]);
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile)
+        if (32 * warp + 8 * tile < n) tile_logits(tile, la[tile], lb[tile]);  // warp-uniform
+    } else {
+      // Not unrolled: unrolled, ptxas (64 registers) interleaved each tile's four key loads with
+      // its mma's, four memory latencies per tile instead of one (ncu, B128: front 37.5 -> 42.9
+      // us after this session's bookkeeping moved in); as a loop the loads issue together.
+#pragma unroll 1
+      for (int tile = 0; tile < kTiles; ++tile) {
+        if (32 * warp + 8 * tile >= n) break;  // warp-uniform
+        int4 la[NP], lb[NP];
+        load_tile(tile, la, lb);
+        tile_logits(tile, la, lb);
       }
     }
     __syncthreads();
@@ -2993,10 +3019,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
   const bool small = rows_per_cta == 1;
+  const bool unroll =
+      small && c.head_dim <= 128 && env_on_explicit("FOLD_DECODE_FRONT_UNROLL") &&
+      static_cast<int64_t>(front_grid.x) * front_grid.y * front_grid.z <= sm_count();
   auto front =
-      c.head_dim == 64    ? (small ? decode_front_kernel<2, true> : decode_front_kernel<2, false>)
-      : c.head_dim == 128 ? (small ? decode_front_kernel<4, true> : decode_front_kernel<4, false>)
-                          : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
+      c.head_dim == 64
+          ? (unroll ? decode_front_kernel<2, true, true>
+                    : (small ? decode_front_kernel<2, true> : decode_front_kernel<2, false>))
+      : c.head_dim == 128
+          ? (unroll ? decode_front_kernel<4, true, true>
+                    : (small ? decode_front_kernel<4, true> : decode_front_kernel<4, false>))
+          : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
   launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
            cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0);
