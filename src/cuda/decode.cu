@@ -76,12 +76,6 @@ bool env_on(const char *name) {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// A default-off switch read per call: on only when set to "1" (opt-in forms for A/B runs).
-bool env_on_explicit(const char *name) {
-  const char *v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
@@ -518,8 +512,8 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
 // chains) the first row step's q values are loaded into registers at the start, as before this
 // session. Two instances, so that each gets its own register allocation.
-// UNROLL (opt-in, FOLD_DECODE_FRONT_UNROLL=1, only where the front's grid fits in one block per
-// SM): SMALL with every sample tile's key loads issued before the first tile's MMAs, registers
+// UNROLL (where the front's grid fits in one block per SM; FOLD_DECODE_FRONT_UNROLL=0 turns it
+// off): SMALL with every sample tile's key loads issued before the first tile's MMAs, registers
 // unbounded (up to 168 at D 128: one block per SM).
 template <int E, bool SMALL, bool UNROLL = false>
 __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
@@ -3019,8 +3013,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
   const bool small = rows_per_cta == 1;
+  // UNROLL where one block per SM holds the whole front (the small batches whose front is one
+  // chain per row): -2.5% to -3.3% of the graphed attend on the B1 D 64 captures' shape, -0.1% to
+  // -0.9% at B1 L32K / B4 L16K D 128 (session 24, notes/decode.md section 34); the same bits.
+  // FOLD_DECODE_FRONT_UNROLL=0 turns it off (A/B runs).
   const bool unroll =
-      small && c.head_dim <= 128 && env_on_explicit("FOLD_DECODE_FRONT_UNROLL") &&
+      small && c.head_dim <= 128 && env_on("FOLD_DECODE_FRONT_UNROLL") &&
       static_cast<int64_t>(front_grid.x) * front_grid.y * front_grid.z <= sm_count();
   auto front =
       c.head_dim == 64

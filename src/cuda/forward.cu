@@ -664,27 +664,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 // release of tile t, which comes after consumer 1's last turn of tile t.
 // v1.2's tiles: 64 NC query rows (NC consumer warpgroups) by the plan's key block, or by 128 keys
 // with three consumers (their 160 registers hold a 64 x 128 S, not the plan's 64 x 192 at D 64);
-// QB Q buffers (2: the next tile's Q loads during this tile), 3 K / V stages where they fit,
-// else 2.
-template <int D, int NC, int QB>
+// 3 K / V stages where they fit, else 2.
+template <int D, int NC>
 struct V12Shape {
   static constexpr int kBm = 64 * NC;
   static constexpr int kBn = NC == 3 ? 128 : forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;
-  static constexpr int kBytes3 =
-      1024 + QB * kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 * QB + 4 * 3);
+  static constexpr int kBytes3 = 1024 + kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
   static constexpr int kStages = kBytes3 <= 227 * 1024 ? 3 : 2;
 };
-template <int D, int NC, int QB>
-using V12Cfg =
-    CfgT<D, V12Shape<D, NC, QB>::kStages, V12Shape<D, NC, QB>::kBm, V12Shape<D, NC, QB>::kBn>;
-// v1.2's shared memory: CfgT's (one Q buffer, its full barrier) + the other Q buffers with their
-// full barriers + QB Q empty barriers.
-template <int D, int NC, int QB>
-constexpr int v12_smem_bytes() {
-  using C = V12Cfg<D, NC, QB>;
-  return C::kSmemBytes + (QB - 1) * (static_cast<int>(C::kQBytes) + 8) + 8 * QB;
-}
+template <int D, int NC>
+using V12Cfg = CfgT<D, V12Shape<D, NC>::kStages, V12Shape<D, NC>::kBm, V12Shape<D, NC>::kBn>;
 // Consumer registers: 128 x 24 + 256 x 240 = 64512 (two consumers), 128 x 24 + 384 x 160 = 64512
 // (three) <= 65536.
 template <int NC>
@@ -692,36 +682,34 @@ struct V12ConsumerRegs {
   static constexpr int value = NC == 3 ? 160 : 240;
 };
 
-template <int D, class Tag, bool kEarlyRescale, int NC, int QB>
+template <int D, class Tag, int NC>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
                        const TileOrder order) {
-  using C = V12Cfg<D, NC, QB>;
+  using C = V12Cfg<D, NC>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
   constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
-  unsigned char *q_s = smem;                         // buffer b at q_s + b kQBytes
-  unsigned char *k_s = q_s + QB * C::kQBytes;        // stage s at k_s + s kKvBytes
+  unsigned char *q_s = smem;
+  unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
   unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
   auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
-  uint64_t *k_full = bars;
+  uint64_t *q_full = bars;
+  uint64_t *k_full = bars + 1;
   uint64_t *v_full = k_full + kStages;
   uint64_t *k_empty = v_full + kStages;
   uint64_t *v_empty = k_empty + kStages;
-  uint64_t *q_full = v_empty + kStages;  // [QB]
-  uint64_t *q_empty = q_full + QB;       // [QB]
+  uint64_t *q_empty = v_empty + kStages;  // the 8 bytes v1.2 adds
 
   if (threadIdx.x == 0) {
-    for (int b = 0; b < QB; ++b) {
-      hw::mbar_init(&q_full[b], 1);
-      hw::mbar_init(&q_empty[b], kCWarps);
-    }
+    hw::mbar_init(q_full, 1);
+    hw::mbar_init(q_empty, kCWarps);
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&k_full[s], 1);
       hw::mbar_init(&v_full[s], 1);
@@ -787,26 +775,15 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
                             head, tl.row_base + j * kBn, tl.batch * bmul);
         };
         const int kh = tl.hk * muls.k_head, vh = tl.hk * muls.v_head;
-        auto load_q = [&]() {
-          const uint32_t qb = tiles % QB, use = tiles / QB;
-          if (use > 0) hw::mbar_wait(&q_empty[qb], (use - 1) & 1);
-          hw::mbar_arrive_expect_tx(&q_full[qb], C::kQBytes);
+        // K_0 first (its stage frees early), then Q once the consumers' last S of the
+        // previous tile is done, then K_j before V_{j-1}, then V_{n-1}.
+        load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, 0);
+        if (tiles > 0) hw::mbar_wait(q_empty, (tiles - 1) & 1);
+        hw::mbar_arrive_expect_tx(q_full, C::kQBytes);
 #pragma unroll
-          for (int pn = 0; pn < C::kPanels; ++pn)
-            hw::tma_load_4d(q_s + qb * C::kQBytes + pn * C::kQPanel, &tm_q, &q_full[qb], pn * 64,
-                            tl.h * muls.q_head, tl.row_base + tl.q0, tl.batch * muls.q_batch);
-        };
-        // One Q buffer: K_0 first (its stage frees early), then Q once the consumers' last S of
-        // the previous tile is done. Two: Q first (its buffer was freed a tile ago, so it is
-        // issued as soon as the previous tile's loads are, ahead of the consumers by the K / V
-        // stages), then K_0. Then K_j before V_{j-1}, then V_{n-1}.
-        if constexpr (QB == 1) {
-          load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, 0);
-          load_q();
-        } else {
-          load_q();
-          load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, 0);
-        }
+        for (int pn = 0; pn < C::kPanels; ++pn)
+          hw::tma_load_4d(q_s + pn * C::kQPanel, &tm_q, q_full, pn * 64, tl.h * muls.q_head,
+                          tl.row_base + tl.q0, tl.batch * muls.q_batch);
         for (int j = 1; j < tl.n_kblocks; ++j) {
           load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, j);
           load(&tm_v, v_s, v_full, v_empty, vh, muls.v_batch, j - 1);
@@ -828,8 +805,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   const int r0 = 64 * cw + 16 * warp;  // the warp's first row in the block
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
-  const uint32_t q_addr0 = hw::smem_u32(q_s) + cw * 64 * 128;
-  uint32_t q_addr = q_addr0;  // this tile's Q buffer
+  const uint32_t q_addr = hw::smem_u32(q_s) + cw * 64 * 128;
   const uint32_t k_addr = hw::smem_u32(k_s);
   const uint32_t v_addr = hw::smem_u32(v_s);
   const int my_turn = kPingPongBarrier + cw, other_turn = kPingPongBarrier + (cw + 1) % NC;
@@ -884,11 +860,6 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   auto release = [&](uint64_t *bar) {
     if (lane == 0) hw::mbar_arrive(bar);
   };
-  // O *= alpha of the last softmax (before that block's P V is added).
-  auto rescale_o = [&]() {
-#pragma unroll
-    for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-  };
 
   uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
   uint32_t tiles = 0;  // tiles done so far (Q parity)
@@ -902,9 +873,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     m[0] = m[1] = neg_inf;
     l[0] = l[1] = 0.0f;
 
-    const uint32_t qb = tiles % QB;
-    q_addr = q_addr0 + qb * C::kQBytes;
-    hw::mbar_wait(&q_full[qb], (tiles / QB) & 1);
+    hw::mbar_wait(q_full, tiles & 1);
     // Block 0: S only.
     {
       const uint32_t s0 = it % kStages;
@@ -916,10 +885,11 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::wait<0>();
       hw::fence_operands(sc);
       release(&k_empty[s0]);
-      if (n_kblocks == 1) release(&q_empty[qb]);
+      if (n_kblocks == 1) release(q_empty);
     }
     softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
-    if constexpr (!kEarlyRescale) rescale_o();
+#pragma unroll
+    for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
     pack_p();
 
     for (int j = 1; j < n_kblocks; ++j) {
@@ -932,25 +902,19 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       turn_begin(false);
       hw::fence();
       issue_s(s);
-      if constexpr (kEarlyRescale) {
-        // O *= alpha_{j-1} while S_j runs on the tensor cores (O is no operand of S_j), then a
-        // fence so that P_{j-1} V_{j-1} reads the rescaled accumulators. The same operations on
-        // O in the same order as the late rescale below, so the same bits.
-        rescale_o();
-        hw::fence();
-      }
       issue_pv(sp);
       turn_end(j == n_kblocks - 1);
       hw::wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
       hw::fence_operands(sc);
       release(&k_empty[s]);
-      if (j == n_kblocks - 1) release(&q_empty[qb]);  // the tile's last S: Q is free
+      if (j == n_kblocks - 1) release(q_empty);  // the tile's last S: Q is free
       softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
       hw::wait<0>();
       hw::fence_operands(o);
       fence_pa();
       release(&v_empty[sp]);
-      if constexpr (!kEarlyRescale) rescale_o();
+#pragma unroll
+      for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
       pack_p();
     }
 
@@ -977,7 +941,6 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         hw::fence_proxy_async();
         hw::named_bar_sync(kVTailBarrier, kCThreads);
       }
-      if constexpr (kEarlyRescale) rescale_o();
       hw::fence();
       issue_pv(sl);
       hw::wait<0>();
@@ -1021,19 +984,15 @@ void check(cudaError_t err, const char *what) {
 // -2% to +13% on the training issue's non-causal shapes (session 6, protocol: +1, +2, +5, +5,
 // -2, +13%, varlen +2%; benchmarks/results/session6/round1). FOLD_FWD_VARIANT overrides: "v1"
 // (the previous kernel), "v1.1", "v1.1-nopp" (v1.1 without the ping-pong turns, to time the
-// two overlaps apart) or "v1.2". Read at every call (a host getenv; graph capture records
-// whichever kernel the captured call launched). All give the same bits (same tiles, same
-// order of operations), and the choice never depends on the batch.
-enum class Variant {
-  kV1,
-  kV11,
-  kV11NoPingPong,
-  kV12,
-  kV12EarlyRescale,
-  kV12Three,
-  kV12ThreeEarly,
-  kV12DoubleQ
-};
+// two overlaps apart), "v1.2" or "v1.2-2wg". Read at every call (a host getenv; graph capture
+// records whichever kernel the captured call launched). The choice never depends on the batch.
+// At D 64, v1.2 runs three consumer warpgroups on 192 x 128 tiles (session 24, forward protocol
+// A/B, graphed, L2 flushed: +18.5% at (8, 2048, 32/32) non-causal, +6.1% causal, +10.8% / +9.9% at
+// (2, 8192, 64/8); notes/training_kernels.md "Session 24"), so its bits differ from v1's there
+// (each row's keys are summed in 128-key blocks, not the plan's 192), while "v1.2-2wg" keeps
+// the two-warpgroup form on the plan's tiles; everywhere else every variant gives v1's bits
+// (same tiles, same order of operations).
+enum class Variant { kV1, kV11, kV11NoPingPong, kV12, kV12TwoConsumers };
 Variant forward_variant() {
   const char *env = std::getenv("FOLD_FWD_VARIANT");
   if (env == nullptr || env[0] == '\0') return Variant::kV12;
@@ -1042,15 +1001,11 @@ Variant forward_variant() {
   if (v == "v1.1" || v == "1.1") return Variant::kV11;
   if (v == "v1.1-nopp") return Variant::kV11NoPingPong;
   if (v == "v1.2" || v == "1.2") return Variant::kV12;
-  if (v == "v1.2-er") return Variant::kV12EarlyRescale;
-  if (v == "v1.2-3wg") return Variant::kV12Three;
-  if (v == "v1.2-3wg-er") return Variant::kV12ThreeEarly;
-  if (v == "v1.2-dq") return Variant::kV12DoubleQ;
+  if (v == "v1.2-2wg") return Variant::kV12TwoConsumers;
   fail(FOLD_ERR_INVALID_ARGUMENT,
        "FOLD_FWD_VARIANT=" + v +
-           ": expected v1, v1.1, v1.1-nopp (v1.1 without ping-pong) "
-           "v1.2 (persistent), v1.2-er (v1.2 rescaling O while S runs), v1.2-3wg "
-           "(three consumer warpgroups at D 64), v1.2-3wg-er or v1.2-dq (two Q buffers)");
+           ": expected v1, v1.1, v1.1-nopp (v1.1 without ping-pong), v1.2 (persistent) or "
+           "v1.2-2wg (v1.2 with two consumer warpgroups at D 64)");
 }
 
 // The tile order's chunk (tile_order.cuh). Dense and non-causal, every tile has the same
@@ -1113,14 +1068,13 @@ int64_t persistent_ctas_cap() {
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg).
-template <int D, class Tag, int NC, int QB = 1>
+template <int D, class Tag, int NC>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                fold_tensor_t out, float *lse, cudaStream_t stream, bool early) {
-  using C = V12Cfg<D, NC, QB>;
-  constexpr int kSmem = v12_smem_bytes<D, NC, QB>();
+                fold_tensor_t out, float *lse, cudaStream_t stream) {
+  using C = V12Cfg<D, NC>;
+  constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel =
-      early ? forward_v12_kernel<D, Tag, true, NC, QB> : forward_v12_kernel<D, Tag, false, NC, QB>;
+  auto kernel = forward_v12_kernel<D, Tag, NC>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
   const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
@@ -1143,18 +1097,11 @@ template <int D, class Tag>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
   // Three consumer warpgroups only at D 64 (at D >= 96 a 64 x 128 O, S and P do not fit in 160
-  // registers): v1.2-3wg elsewhere runs v1.2.
-  const bool three = variant == Variant::kV12Three || variant == Variant::kV12ThreeEarly;
-  const bool early = variant == Variant::kV12EarlyRescale || variant == Variant::kV12ThreeEarly;
+  // registers).
   if constexpr (D == 64)
-    if (three) return launch_v12<D, Tag, 3>(p, q, k, v, out, lse, stream, early);
-  // Two Q buffers where they fit beside two K / V stages (D <= 128; D 256 runs v1.2).
-  if constexpr (D <= 128)
-    if (variant == Variant::kV12DoubleQ)
-      return launch_v12<D, Tag, 2, 2>(p, q, k, v, out, lse, stream, false);
-  if (three || variant == Variant::kV12 || variant == Variant::kV12EarlyRescale ||
-      variant == Variant::kV12DoubleQ)
-    return launch_v12<D, Tag, 2>(p, q, k, v, out, lse, stream, early);
+    if (variant == Variant::kV12) return launch_v12<D, Tag, 3>(p, q, k, v, out, lse, stream);
+  if (variant == Variant::kV12 || variant == Variant::kV12TwoConsumers)
+    return launch_v12<D, Tag, 2>(p, q, k, v, out, lse, stream);
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");

@@ -305,7 +305,7 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
                                          ("FOLD_DECODE_RING_FULL", "0"), ("FOLD_DECODE_L2PROMO", "256"),
-                                         ("FOLD_DECODE_L2PROMO", "0")])
+                                         ("FOLD_DECODE_L2PROMO", "0"), ("FOLD_DECODE_FRONT_UNROLL", "0")])
 @pytest.mark.parametrize("blocks", ["0", "3"])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G,lengths",
@@ -316,7 +316,8 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
 def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob, value, monkeypatch):
     # The ring's stage count (FOLD_DECODE_RING_STAGES = 2 / 4 at G <= 8; by default 4 at D 64, 2
     # at D 128), its whole-chunk form (FOLD_DECODE_RING_FULL=0 runs every chunk through the
-    # general one) and its maps' L2 promotion (FOLD_DECODE_L2PROMO; default 128 bytes) change no
+    # general one), its maps' L2 promotion (FOLD_DECODE_L2PROMO; default 128 bytes) and the
+    # front's unrolled form at small grids (FOLD_DECODE_FRONT_UNROLL=0: the loop) change no
     # value: output, LSE and read statistics bit for bit as the default,
     # with one block per item and with fetching blocks (stages and rounds carried over items),
     # for an attend and a step.
