@@ -653,15 +653,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 // so graph capture needs nothing reset. Idle tiles (query blocks past a request's end:
 // seqlen is an upper bound under varlen) are skipped by every role alike.
 // Per tile the consumers run v1.1's exact instruction sequence (o, m, l restart from
-// 0 / -inf / 0), so the bits are v1's; only the pipeline state carries over: a CTA-wide
+// 0 / -inf / 0), so with two consumers the bits are v1's (three, at D 64, run 192 x 128 tiles:
+// their own bits, as invariant); only the pipeline state carries over: a CTA-wide
 // key-block counter continues the K/V stages and parities across tiles, and Q has its own
 // empty barrier, released (one arrival per consumer warp) as soon as the tile's last S is
 // done. The producer therefore issues the next tile's K_0, Q, K_1, V_0, ... while the
 // consumers still run the current tile's last P V and epilogue.
-// Ping-pong turns: per tile as v1.1 (consumer 0's first turn takes no token, consumer 1's
-// last passes none). Across tiles no arrival can overtake a pending one: consumer 0 arrives
-// on consumer 1's barrier in tile t+1 only after Q(t+1) landed, which needs consumer 1's Q
-// release of tile t, which comes after consumer 1's last turn of tile t.
+// Ping-pong turns: per tile as v1.1, in a ring of NC consumers (consumer c arrives on c + 1 mod
+// NC; consumer 0's first turn takes no token, consumer NC - 1's last passes none). Across tiles
+// no arrival can overtake a pending one: consumer 0 arrives on consumer 1's barrier in tile t+1
+// only after Q(t+1) landed, which needs every consumer's Q release of tile t, each after its
+// last turn of tile t.
 // v1.2's tiles: 64 NC query rows (NC consumer warpgroups) by the plan's key block, or by 128 keys
 // with three consumers (their 160 registers hold a 64 x 128 S, not the plan's 64 x 192 at D 64);
 // 3 K / V stages where they fit, else 2.
