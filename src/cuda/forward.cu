@@ -667,32 +667,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // v1.2's tiles: 64 NC query rows (NC consumer warpgroups) by the plan's key block, or by 128 keys
 // with three consumers (their 160 registers hold a 64 x 128 S, not the plan's 64 x 192 at D 64);
 // 3 K / V stages where they fit, else 2.
-// QB Q buffers: 2 when the turn is carried across tiles (the next tile's S_0 is issued while
-// this tile's Q may still be read), else 1.
-template <int D, int NC, int QB = 1>
+template <int D, int NC>
 struct V12Shape {
   static constexpr int kBm = 64 * NC;
   static constexpr int kBn = NC == 3 ? 128 : forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;
-  static constexpr int kBytes3 =
-      1024 + QB * kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 * QB + 4 * 3);
+  static constexpr int kBytes3 = 1024 + kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
   static constexpr int kStages = kBytes3 <= 227 * 1024 ? 3 : 2;
 };
-template <int D, int NC, int QB = 1>
-using V12Cfg =
-    CfgT<D, V12Shape<D, NC, QB>::kStages, V12Shape<D, NC, QB>::kBm, V12Shape<D, NC, QB>::kBn>;
-// v1.2's dynamic shared memory: CfgT's (one Q buffer, one Q full barrier) + the other Q
-// buffers and their full barriers + the QB Q empty barriers.
-template <int D, int NC, int QB>
-constexpr int v12_smem_bytes() {
-  using C = V12Cfg<D, NC, QB>;
-  return C::kSmemBytes + (QB - 1) * static_cast<int>(C::kQBytes) + 8 * (2 * QB - 1);
-}
-// Whether the cross-tile turn fits: two Q buffers and two K / V stages (not at D 256).
 template <int D, int NC>
-constexpr bool v12_cross_tile_fits() {
-  return v12_smem_bytes<D, NC, 2>() <= 227 * 1024;
-}
+using V12Cfg = CfgT<D, V12Shape<D, NC>::kStages, V12Shape<D, NC>::kBm, V12Shape<D, NC>::kBn>;
 // Consumer registers: 128 x 24 + 256 x 240 = 64512 (two consumers), 128 x 24 + 384 x 160 = 64512
 // (three) <= 65536.
 template <int NC>
@@ -700,37 +684,34 @@ struct V12ConsumerRegs {
   static constexpr int value = NC == 3 ? 160 : 240;
 };
 
-template <int D, class Tag, int NC, bool XT>
+template <int D, class Tag, int NC>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
                        const TileOrder order) {
-  constexpr int QB = XT ? 2 : 1;
-  using C = V12Cfg<D, NC, QB>;
+  using C = V12Cfg<D, NC>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
   constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = reinterpret_cast<unsigned char *>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
-  unsigned char *q_s = smem;                         // buffer b at q_s + b kQBytes
-  unsigned char *k_s = q_s + QB * C::kQBytes;        // stage s at k_s + s kKvBytes
+  unsigned char *q_s = smem;
+  unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
   unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
   auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
-  uint64_t *q_full = bars;  // [QB]
-  uint64_t *k_full = bars + QB;
+  uint64_t *q_full = bars;
+  uint64_t *k_full = bars + 1;
   uint64_t *v_full = k_full + kStages;
   uint64_t *k_empty = v_full + kStages;
   uint64_t *v_empty = k_empty + kStages;
-  uint64_t *q_empty = v_empty + kStages;  // [QB]
+  uint64_t *q_empty = v_empty + kStages;  // the 8 bytes v1.2 adds
 
   if (threadIdx.x == 0) {
-    for (int b = 0; b < QB; ++b) {
-      hw::mbar_init(&q_full[b], 1);
-      hw::mbar_init(&q_empty[b], kCWarps);
-    }
+    hw::mbar_init(q_full, 1);
+    hw::mbar_init(q_empty, kCWarps);
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&k_full[s], 1);
       hw::mbar_init(&v_full[s], 1);
@@ -779,7 +760,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::tma_prefetch_descriptor(&tm_k);
       hw::tma_prefetch_descriptor(&tm_v);
       uint32_t it = 0;     // key blocks loaded so far (K/V stage and parity, CTA-wide)
-      uint32_t tiles = 0;  // tiles done so far (Q buffer and parity)
+      uint32_t tiles = 0;  // tiles done so far (Q parity)
       for (uint32_t k = 0; k < rounds; ++k) {
         Tile tl;
         if (!tile_of(k, tl)) continue;
@@ -796,16 +777,15 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
                             head, tl.row_base + j * kBn, tl.batch * bmul);
         };
         const int kh = tl.hk * muls.k_head, vh = tl.hk * muls.v_head;
-        // K_0 first (its stage frees early), then Q once the consumers' last S of the tile
-        // that used this Q buffer before is done, then K_j before V_{j-1}, then V_{n-1}.
+        // K_0 first (its stage frees early), then Q once the consumers' last S of the
+        // previous tile is done, then K_j before V_{j-1}, then V_{n-1}.
         load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, 0);
-        const uint32_t qb = tiles % QB, quse = tiles / QB;
-        if (quse > 0) hw::mbar_wait(&q_empty[qb], (quse - 1) & 1);
-        hw::mbar_arrive_expect_tx(&q_full[qb], C::kQBytes);
+        if (tiles > 0) hw::mbar_wait(q_empty, (tiles - 1) & 1);
+        hw::mbar_arrive_expect_tx(q_full, C::kQBytes);
 #pragma unroll
         for (int pn = 0; pn < C::kPanels; ++pn)
-          hw::tma_load_4d(q_s + qb * C::kQBytes + pn * C::kQPanel, &tm_q, &q_full[qb], pn * 64,
-                          tl.h * muls.q_head, tl.row_base + tl.q0, tl.batch * muls.q_batch);
+          hw::tma_load_4d(q_s + pn * C::kQPanel, &tm_q, q_full, pn * 64, tl.h * muls.q_head,
+                          tl.row_base + tl.q0, tl.batch * muls.q_batch);
         for (int j = 1; j < tl.n_kblocks; ++j) {
           load(&tm_k, k_s, k_full, k_empty, kh, muls.k_batch, j);
           load(&tm_v, v_s, v_full, v_empty, vh, muls.v_batch, j - 1);
@@ -827,7 +807,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   const int r0 = 64 * cw + 16 * warp;  // the warp's first row in the block
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
-  const uint32_t q_addr0 = hw::smem_u32(q_s) + cw * 64 * 128;  // + b kQBytes: buffer b
+  const uint32_t q_addr = hw::smem_u32(q_s) + cw * 64 * 128;
   const uint32_t k_addr = hw::smem_u32(k_s);
   const uint32_t v_addr = hw::smem_u32(v_s);
   const int my_turn = kPingPongBarrier + cw, other_turn = kPingPongBarrier + (cw + 1) % NC;
@@ -838,10 +818,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   float sc[kBn / 2];
   uint32_t pa[kBn / 16][4];
 
-  // S = Q K^T into sc (k-steps over the real D only: columns past D are zeros in both), Q from
-  // buffer qb.
-  auto issue_s = [&](uint32_t s, uint32_t qb) {
-    const uint32_t q_addr = q_addr0 + qb * C::kQBytes;
+  // S = Q K^T into sc (k-steps over the real D only: columns past D are zeros in both).
+  auto issue_s = [&](uint32_t s) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = static_cast<uint32_t>(kk % 4) * 32u;  // k16 step inside a panel
@@ -884,61 +862,39 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   auto release = [&](uint64_t *bar) {
     if (lane == 0) hw::mbar_arrive(bar);
   };
-  auto zero_o = [&]() {
+
+  uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
+  uint32_t tiles = 0;  // tiles done so far (Q parity)
+  for (uint32_t k = 0; k < rounds; ++k) {
+    Tile tl;
+    if (!tile_of(k, tl)) continue;
+    const Request &r = tl.r;
+    const int q0 = tl.q0, n_kblocks = tl.n_kblocks;
 #pragma unroll
     for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
-  };
-  auto rescale_o = [&]() {
+    m[0] = m[1] = neg_inf;
+    l[0] = l[1] = 0.0f;
+
+    hw::mbar_wait(q_full, tiles & 1);
+    // Block 0: S only.
+    {
+      const uint32_t s0 = it % kStages;
+      hw::mbar_wait(&k_full[s0], (it / kStages) & 1);
+      turn_begin(true);
+      hw::fence();
+      issue_s(s0);
+      turn_end(n_kblocks == 1);
+      hw::wait<0>();
+      hw::fence_operands(sc);
+      release(&k_empty[s0]);
+      if (n_kblocks == 1) release(q_empty);
+    }
+    softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
 #pragma unroll
     for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-  };
-  // Before the P V of a request's last key block (stage sl, first key k0): zero the V rows past
-  // its end (they may hold another request's values, even inf / NaN, and 0 * inf = NaN; as v1,
-  // v1.1), then make the async proxy (wgmma, and the producer's later TMA writes to this stage)
-  // see the stores. Every consumer reaches this point after its last S turn of the tile, and no
-  // turn waits on a consumer that has not, so the barrier cannot close the turn ring.
-  auto zero_v_tail = [&](uint32_t sl, int len, int k0) {
-    if (k0 + kBn <= len) return;
-    const int valid = len - k0;
-    const int chunks = (kBn - valid) * C::kPanels * 8;
-    for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kCThreads) {
-      const int row = valid + idx / (C::kPanels * 8);
-      const int pn = (idx / 8) % C::kPanels;
-      const int chunk = idx % 8;
-      *reinterpret_cast<uint4 *>(v_s + sl * C::kKvBytes + pn * C::kKvPanel + row * 128 +
-                                 chunk * 16) = make_uint4(0, 0, 0, 0);
-    }
-    hw::fence_proxy_async();
-    hw::named_bar_sync(kVTailBarrier, kCThreads);
-  };
-  // Epilogue of tile tl from o and its m, l: row sums, out = acc / l, lse = (m + log2 l) ln 2;
-  // rows past the end skipped.
-  auto epilogue = [&](const Tile &tl, const float(&mt)[2], float(&lt)[2]) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      lt[i] += __shfl_xor_sync(0xffffffffu, lt[i], 1);
-      lt[i] += __shfl_xor_sync(0xffffffffu, lt[i], 2);
-    }
-    const float inv[2] = {1.0f / lt[0], 1.0f / lt[1]};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = tl.q0 + r0 + g + 8 * i;
-      if (row >= tl.r.len) continue;
-      T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, tl.r, row, tl.h);
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
-            pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
-      if (t == 0)
-        lse[static_cast<int64_t>(tl.h) * p.total_tokens + tl.r.first + row] =
-            (mt[i] + __log2f(lt[i])) * kLn2;
-    }
-  };
-  // Turns j = 1 .. n - 1 of a tile (S_j with P_{j-1} V_{j-1}); `it` is the tile's first key
-  // block, qb its Q buffer. The last turn passes no token if it is the CTA's last
-  // (cta_last).
-  auto middle_turns = [&](const Tile &tl, uint32_t it, uint32_t qb, bool cta_last) {
-    for (int j = 1; j < tl.n_kblocks; ++j) {
+    pack_p();
+
+    for (int j = 1; j < n_kblocks; ++j) {
       const uint32_t n = it + static_cast<uint32_t>(j);
       const uint32_t s = n % kStages, sp = (n - 1) % kStages;
       // Both operands first, so a turn is only issue (one wgmma.fence covers both GEMMs).
@@ -947,167 +903,76 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::mbar_wait(&v_full[sp], ((n - 1) / kStages) & 1);
       turn_begin(false);
       hw::fence();
-      issue_s(s, qb);
+      issue_s(s);
       issue_pv(sp);
-      turn_end(cta_last && j == tl.n_kblocks - 1);
+      turn_end(j == n_kblocks - 1);
       hw::wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
       hw::fence_operands(sc);
       release(&k_empty[s]);
-      if (j == tl.n_kblocks - 1) release(&q_empty[qb]);  // the tile's last S: Q is free
-      softmax_block<kBn>(sc, m, l, alpha, j * kBn, tl.r.len, p.causal, tl.q0 + r0, g, t,
-                         scale_log2);
+      if (j == n_kblocks - 1) release(q_empty);  // the tile's last S: Q is free
+      softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
       hw::wait<0>();
       hw::fence_operands(o);
       fence_pa();
       release(&v_empty[sp]);
-      rescale_o();
+#pragma unroll
+      for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
       pack_p();
     }
-  };
 
-  if constexpr (!XT) {
-    // Per tile: an S-only first turn (the ring restarts: consumer 0 takes no token, the
-    // last consumer's last turn passes none), the middle turns, the last P V outside the turns.
-    uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
-    uint32_t tiles = 0;  // tiles done so far (Q parity)
-    for (uint32_t k = 0; k < rounds; ++k) {
-      Tile tl;
-      if (!tile_of(k, tl)) continue;
-      const int n_kblocks = tl.n_kblocks;
-      zero_o();
-      m[0] = m[1] = neg_inf;
-      l[0] = l[1] = 0.0f;
-
-      hw::mbar_wait(&q_full[0], tiles & 1);
-      // Block 0: S only.
-      {
-        const uint32_t s0 = it % kStages;
-        hw::mbar_wait(&k_full[s0], (it / kStages) & 1);
-        turn_begin(true);
-        hw::fence();
-        issue_s(s0, 0);
-        turn_end(n_kblocks == 1);
-        hw::wait<0>();
-        hw::fence_operands(sc);
-        release(&k_empty[s0]);
-        if (n_kblocks == 1) release(&q_empty[0]);
-      }
-      softmax_block<kBn>(sc, m, l, alpha, 0, tl.r.len, p.causal, tl.q0 + r0, g, t, scale_log2);
-      rescale_o();
-      pack_p();
-      middle_turns(tl, it, 0, true);
-
-      // Last block's P V.
+    // Last block's P V.
+    {
       const int jl = n_kblocks - 1;
       const uint32_t n = it + static_cast<uint32_t>(jl);
       const uint32_t sl = n % kStages;
+      const int k0 = jl * kBn;
       hw::mbar_wait(&v_full[sl], (n / kStages) & 1);
-      zero_v_tail(sl, tl.r.len, jl * kBn);
+      if (k0 + kBn > r.len) {
+        // The request's last block: zero V rows past its end (as v1, v1.1), then make the
+        // async proxy (wgmma, and the producer's later TMA writes to this stage) see the
+        // stores. Both consumers reach this point after their last turn.
+        const int valid = r.len - k0;
+        const int chunks = (kBn - valid) * C::kPanels * 8;
+        for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kCThreads) {
+          const int row = valid + idx / (C::kPanels * 8);
+          const int pn = (idx / 8) % C::kPanels;
+          const int chunk = idx % 8;
+          *reinterpret_cast<uint4 *>(v_s + sl * C::kKvBytes + pn * C::kKvPanel + row * 128 +
+                                     chunk * 16) = make_uint4(0, 0, 0, 0);
+        }
+        hw::fence_proxy_async();
+        hw::named_bar_sync(kVTailBarrier, kCThreads);
+      }
       hw::fence();
       issue_pv(sl);
       hw::wait<0>();
       hw::fence_operands(o);
       fence_pa();
       release(&v_empty[sl]);  // the stage goes back to the producer (next tile)
-      epilogue(tl, m, l);
-      it += static_cast<uint32_t>(n_kblocks);
-      ++tiles;
     }
-  } else {
-    // The turn carried across tiles: the ring spans the CTA's whole tile sequence (only its
-    // first turn takes no token at consumer 0, only its last passes none at consumer NC - 1),
-    // and the boundary turn issues the next tile's S_0 with this tile's last P V, so the
-    // tensor cores compute that P V while the softmax of S_0 runs and the epilogue follows
-    // it. Tile t's Q is in buffer t mod 2 (S_0(t + 1) is issued while Q(t) may still be read
-    // by another consumer's S_{n-1}(t)). Every row's operations are unchanged (o restarts at
-    // exactly 0: o * alpha_0 of a zero o is zero, alpha being 0 or 1 there), so the bits are
-    // the per-tile form's.
-    auto next_tile = [&](uint32_t &k, Tile &tl) -> bool {
-      while (k < rounds) {
-        const bool found = tile_of(k, tl);
-        ++k;
-        if (found) return true;
-      }
-      return false;
-    };
-    uint32_t k = 0;  // the round after the last tile found
-    Tile cur, nxt;
-    if (!next_tile(k, cur)) return;
-    bool has_next = next_tile(k, nxt);
-    uint32_t it = 0;     // key blocks consumed before tile cur
-    uint32_t tiles = 0;  // tiles before cur (Q buffer and parity)
 
-    // The CTA's first turn: S_0 of its first tile alone.
-    zero_o();
-    m[0] = m[1] = neg_inf;
-    l[0] = l[1] = 0.0f;
-    hw::mbar_wait(&q_full[0], 0);
-    hw::mbar_wait(&k_full[0], 0);
-    turn_begin(true);
-    hw::fence();
-    issue_s(0, 0);
-    turn_end(cur.n_kblocks == 1 && !has_next);
-    hw::wait<0>();
-    hw::fence_operands(sc);
-    release(&k_empty[0]);
-    if (cur.n_kblocks == 1) release(&q_empty[0]);
-    softmax_block<kBn>(sc, m, l, alpha, 0, cur.r.len, p.causal, cur.q0 + r0, g, t, scale_log2);
-    pack_p();  // (o is zero: no rescale)
-
-    while (true) {
-      const uint32_t qb = tiles % 2;
-      middle_turns(cur, it, qb, !has_next);
-      const int jl = cur.n_kblocks - 1;
-      const uint32_t nl = it + static_cast<uint32_t>(jl);
-      const uint32_t sl = nl % kStages;
-      hw::mbar_wait(&v_full[sl], (nl / kStages) & 1);
-      zero_v_tail(sl, cur.r.len, jl * kBn);
-      if (!has_next) {
-        // The CTA's last P V, outside the turns.
-        hw::fence();
-        issue_pv(sl);
-        hw::wait<0>();
-        hw::fence_operands(o);
-        fence_pa();
-        release(&v_empty[sl]);
-        epilogue(cur, m, l);
-        break;
-      }
-      // The boundary turn: S_0 of tile nxt with the last P V of tile cur.
-      uint32_t k2 = k;
-      Tile after;
-      const bool has_after = next_tile(k2, after);
-      const uint32_t nq = tiles + 1, nqb = nq % 2;
-      const uint32_t n0 = it + static_cast<uint32_t>(cur.n_kblocks), s0 = n0 % kStages;
-      hw::mbar_wait(&q_full[nqb], (nq / 2) & 1);
-      hw::mbar_wait(&k_full[s0], (n0 / kStages) & 1);
-      turn_begin(false);
-      hw::fence();
-      issue_s(s0, nqb);
-      issue_pv(sl);
-      turn_end(nxt.n_kblocks == 1 && !has_after);
-      hw::wait<1>();  // S_0(nxt) done, the last P V of cur may still run
-      hw::fence_operands(sc);
-      release(&k_empty[s0]);
-      if (nxt.n_kblocks == 1) release(&q_empty[nqb]);
-      float m_cur[2] = {m[0], m[1]}, l_cur[2] = {l[0], l[1]};
-      m[0] = m[1] = neg_inf;
-      l[0] = l[1] = 0.0f;
-      softmax_block<kBn>(sc, m, l, alpha, 0, nxt.r.len, p.causal, nxt.q0 + r0, g, t, scale_log2);
-      hw::wait<0>();
-      hw::fence_operands(o);
-      fence_pa();
-      release(&v_empty[sl]);
-      epilogue(cur, m_cur, l_cur);
-      zero_o();
-      pack_p();
-      it = n0;
-      tiles = nq;
-      cur = nxt;
-      nxt = after;
-      has_next = has_after;
-      k = k2;
+    // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2; rows past the end skipped.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     }
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = q0 + r0 + g + 8 * i;
+      if (row >= r.len) continue;
+      T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+        *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
+            pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
+      if (t == 0)
+        lse[static_cast<int64_t>(tl.h) * p.total_tokens + r.first + row] =
+            (m[i] + __log2f(l[i])) * kLn2;
+    }
+    it += static_cast<uint32_t>(n_kblocks);
+    ++tiles;
   }
 }
 
@@ -1129,7 +994,7 @@ void check(cudaError_t err, const char *what) {
 // (each row's keys are summed in 128-key blocks, not the plan's 192), while "v1.2-2wg" keeps
 // the two-warpgroup form on the plan's tiles; everywhere else every variant gives v1's bits
 // (same tiles, same order of operations).
-enum class Variant { kV1, kV11, kV11NoPingPong, kV12, kV12TwoConsumers, kV12CrossTile };
+enum class Variant { kV1, kV11, kV11NoPingPong, kV12, kV12TwoConsumers };
 Variant forward_variant() {
   const char *env = std::getenv("FOLD_FWD_VARIANT");
   if (env == nullptr || env[0] == '\0') return Variant::kV12;
@@ -1139,12 +1004,10 @@ Variant forward_variant() {
   if (v == "v1.1-nopp") return Variant::kV11NoPingPong;
   if (v == "v1.2" || v == "1.2") return Variant::kV12;
   if (v == "v1.2-2wg") return Variant::kV12TwoConsumers;
-  if (v == "v1.2-xt") return Variant::kV12CrossTile;
   fail(FOLD_ERR_INVALID_ARGUMENT,
        "FOLD_FWD_VARIANT=" + v +
            ": expected v1, v1.1, v1.1-nopp (v1.1 without ping-pong), v1.2 (persistent) or "
-           "v1.2-2wg (v1.2 with two consumer warpgroups at D 64) or v1.2-xt (v1.2 with the turn "
-           "carried across tiles; v1.2 at D 256)");
+           "v1.2-2wg (v1.2 with two consumer warpgroups at D 64)");
 }
 
 // The tile order's chunk (tile_order.cuh). Dense and non-causal, every tile has the same
@@ -1206,14 +1069,14 @@ int64_t persistent_ctas_cap() {
 }
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
-// v1.1's linear tile list, with v1.2's own tiles (V12Cfg); XT: the turn carried across tiles.
-template <int D, class Tag, int NC, bool XT>
+// v1.1's linear tile list, with v1.2's own tiles (V12Cfg).
+template <int D, class Tag, int NC>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, cudaStream_t stream) {
-  using C = V12Cfg<D, NC, XT ? 2 : 1>;
-  constexpr int kSmem = v12_smem_bytes < D, NC, XT ? 2 : 1 > ();
+  using C = V12Cfg<D, NC>;
+  constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel = forward_v12_kernel<D, Tag, NC, XT>;
+  auto kernel = forward_v12_kernel<D, Tag, NC>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
   const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
@@ -1237,15 +1100,10 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
             fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
   // Three consumer warpgroups only at D 64 (at D >= 96 a 64 x 128 O, S and P do not fit in 160
   // registers).
-  constexpr int kNC = D == 64 ? 3 : 2;
-  if (variant == Variant::kV12CrossTile) {
-    if constexpr (v12_cross_tile_fits<D, kNC>())
-      return launch_v12<D, Tag, kNC, true>(p, q, k, v, out, lse, stream);
-    return launch_v12<D, Tag, kNC, false>(p, q, k, v, out, lse, stream);
-  }
-  if (variant == Variant::kV12) return launch_v12<D, Tag, kNC, false>(p, q, k, v, out, lse, stream);
-  if (variant == Variant::kV12TwoConsumers)
-    return launch_v12<D, Tag, 2, false>(p, q, k, v, out, lse, stream);
+  if constexpr (D == 64)
+    if (variant == Variant::kV12) return launch_v12<D, Tag, 3>(p, q, k, v, out, lse, stream);
+  if (variant == Variant::kV12 || variant == Variant::kV12TwoConsumers)
+    return launch_v12<D, Tag, 2>(p, q, k, v, out, lse, stream);
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");

@@ -443,9 +443,7 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
     GEMMs, ping-pong, 3 stages, longest-first grid; v1.1-nopp without the ping-pong; v1.2 =
     v1.1 persistent, also with FOLD_FWD_CTAS = 1 and 3 so that a few CTAs walk every tile and
     carry the pipeline state across tiles; v1.2-2wg = v1.2 with two consumer warpgroups at
-    D 64; v1.2-xt = v1.2 with the ping-pong turn carried across tiles, two Q buffers, also with
-    1, 2 and 3 CTAs so that one turn ring spans many tiles, single-block ones included; v1.2
-    at D 256). Same tiles and the same order of operations: the same bits, except that at D 64
+    D 64). Same tiles and the same order of operations: the same bits, except that at D 64
     v1.2 (the default) runs three consumer warpgroups on 192 x 128 tiles, whose bits are its own
     (the same with 1, 3 or all CTAs). Lengths cover one key block (ping-pong turns of a single
     block), several pipeline wraps, partial last blocks, an empty request and idle tiles
@@ -455,12 +453,11 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
     q, k, v = (_randn((T, h, D), dtype, 140 + i) for i, h in enumerate((H, Hkv, Hkv)))
     cu = _cu(lengths)
     dense = [_randn((2, 600, h, D), dtype, 150 + i) for i, h in enumerate((H, Hkv, Hkv))]
-    own = ("v1.2", "v1.2/1", "v1.2/3", "v1.2-xt", "v1.2-xt/1", "v1.2-xt/2", "v1.2-xt/3",
-           "default") if D == 64 else ()
+    own = ("v1.2", "v1.2/1", "v1.2/3", "default") if D == 64 else ()
     for causal in (False, True):
         got = {}
         for variant in ("v1", "v1.1", "v1.1-nopp", "v1.2", "v1.2/1", "v1.2/3", "v1.2-2wg",
-                        "v1.2-2wg/3", "v1.2-xt", "v1.2-xt/1", "v1.2-xt/2", "v1.2-xt/3"):
+                        "v1.2-2wg/3"):
             name, _, ctas = variant.partition("/")
             monkeypatch.setenv("FOLD_FWD_VARIANT", name)
             if ctas:
@@ -551,7 +548,7 @@ def test_forward_tile_order_chunks_keep_bits(causal, monkeypatch):
     monkeypatch.setenv("FOLD_FWD_VARIANT", "v1")
     expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
     monkeypatch.delenv("FOLD_FWD_VARIANT")
-    for variant in ("", "v1.1", "v1.2", "v1.2/3", "v1.2-xt/3"):
+    for variant in ("", "v1.1", "v1.2", "v1.2/3"):
         name, _, ctas = variant.partition("/")
         for chunk in ("", "0", "1", "5", "9", "13"):
             for setting in ("FOLD_FWD_VARIANT", "FOLD_FWD_CTAS", "FOLD_FWD_HB_CHUNK"):
@@ -598,17 +595,16 @@ def test_training_l2_promotion_setting(monkeypatch):
         _fwd(*case[:3], True)
 
 
-@pytest.mark.parametrize("variant,ctas", [("v1.2", ""), ("v1.2", "2"), ("v1.2-xt", "2")])
-def test_forward_v12_graph_capture(variant, ctas, monkeypatch):
+@pytest.mark.parametrize("ctas", ["", "2"])
+def test_forward_v12_graph_capture(ctas, monkeypatch):
     """v1.2's static tile schedule needs nothing reset between launches: a captured forward
-    replays twice with v1's bits (also with 2 CTAs walking every tile, and with the turn carried
-    across them)."""
+    replays twice with v1's bits (also with 2 CTAs walking every tile)."""
     dtype, B, S, H, Hkv, D = torch.bfloat16, 3, 300, 4, 2, 128
     q, k, v = (_randn((B, S, h, D), dtype, 160 + i) for i, h in enumerate((H, Hkv, Hkv)))
     cu = None  # dense: the varlen host check reads cu_seqlens, which a capture forbids
     monkeypatch.setenv("FOLD_FWD_VARIANT", "v1")
     expect = _fwd(q, k, v, True, cu)
-    monkeypatch.setenv("FOLD_FWD_VARIANT", variant)
+    monkeypatch.setenv("FOLD_FWD_VARIANT", "v1.2")
     if ctas:
         monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
     s = torch.cuda.Stream()
