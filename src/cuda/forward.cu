@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "core/problem.h"
 #include "core/status.h"
@@ -690,7 +691,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
                        const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
-                       const TileOrder order) {
+                       const TileOrder order, const int trim) {
   using C = V12Cfg<D, NC>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
@@ -863,17 +864,27 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     if (lane == 0) hw::mbar_arrive(bar);
   };
 
-  uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
-  uint32_t tiles = 0;  // tiles done so far (Q parity)
-  for (uint32_t k = 0; k < rounds; ++k) {
-    Tile tl;
-    if (!tile_of(k, tl)) continue;
+  // A tile's consumer work in one of three forms (compile-time, so that the code between each
+  // wgmma.fence and its commit stays straight-line: runtime branches there, or S written into
+  // half of sc, made ptxas serialise the wgmma, C7515): kFull; kHalf, whose last key block has
+  // at most half its keys in range (a request's last block, or a causal tile's diagonal block
+  // past its last row): its P V runs over the first kBn / 2 keys only (the skipped keys are
+  // masked, so their P is 0 and the terms left out are exact zeros: o + 0 = o); kIdle, a
+  // consumer whose 64 rows all lie past the request's end (the last tile of a request whose
+  // length is not a multiple of the tile's rows): no GEMM, no softmax and no output, only its
+  // waits, turns, releases and its share of the V tail. Which form a tile takes depends on its
+  // request's own length only (FOLD_FWD_TRIM=0: always kFull).
+  enum Form { kFull, kHalf, kIdle };
+  auto run_tile = [&](const Tile &tl, uint32_t it, uint32_t tiles, auto form_tag) {
+    constexpr int kForm = decltype(form_tag)::value;
     const Request &r = tl.r;
     const int q0 = tl.q0, n_kblocks = tl.n_kblocks;
+    if constexpr (kForm != kIdle) {
 #pragma unroll
-    for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
-    m[0] = m[1] = neg_inf;
-    l[0] = l[1] = 0.0f;
+      for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
+      m[0] = m[1] = neg_inf;
+      l[0] = l[1] = 0.0f;
+    }
 
     hw::mbar_wait(q_full, tiles & 1);
     // Block 0: S only.
@@ -881,18 +892,24 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       const uint32_t s0 = it % kStages;
       hw::mbar_wait(&k_full[s0], (it / kStages) & 1);
       turn_begin(true);
-      hw::fence();
-      issue_s(s0);
+      if constexpr (kForm != kIdle) {
+        hw::fence();
+        issue_s(s0);
+      }
       turn_end(n_kblocks == 1);
-      hw::wait<0>();
-      hw::fence_operands(sc);
+      if constexpr (kForm != kIdle) {
+        hw::wait<0>();
+        hw::fence_operands(sc);
+      }
       release(&k_empty[s0]);
       if (n_kblocks == 1) release(q_empty);
     }
-    softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
+    if constexpr (kForm != kIdle) {
+      softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
 #pragma unroll
-    for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-    pack_p();
+      for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      pack_p();
+    }
 
     for (int j = 1; j < n_kblocks; ++j) {
       const uint32_t n = it + static_cast<uint32_t>(j);
@@ -902,22 +919,30 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::mbar_wait(&k_full[s], (n / kStages) & 1);
       hw::mbar_wait(&v_full[sp], ((n - 1) / kStages) & 1);
       turn_begin(false);
-      hw::fence();
-      issue_s(s);
-      issue_pv(sp);
+      if constexpr (kForm != kIdle) {
+        hw::fence();
+        issue_s(s);
+        issue_pv(sp);
+      }
       turn_end(j == n_kblocks - 1);
-      hw::wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
-      hw::fence_operands(sc);
+      if constexpr (kForm != kIdle) {
+        hw::wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
+        hw::fence_operands(sc);
+      }
       release(&k_empty[s]);
       if (j == n_kblocks - 1) release(q_empty);  // the tile's last S: Q is free
-      softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
-      hw::wait<0>();
-      hw::fence_operands(o);
-      fence_pa();
+      if constexpr (kForm != kIdle) {
+        softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
+        hw::wait<0>();
+        hw::fence_operands(o);
+        fence_pa();
+      }
       release(&v_empty[sp]);
+      if constexpr (kForm != kIdle) {
 #pragma unroll
-      for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-      pack_p();
+        for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+        pack_p();
+      }
     }
 
     // Last block's P V.
@@ -930,7 +955,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       if (k0 + kBn > r.len) {
         // The request's last block: zero V rows past its end (as v1, v1.1), then make the
         // async proxy (wgmma, and the producer's later TMA writes to this stage) see the
-        // stores. Both consumers reach this point after their last turn.
+        // stores. Every consumer (idle ones included) reaches this point after its last turn.
         const int valid = r.len - k0;
         const int chunks = (kBn - valid) * C::kPanels * 8;
         for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kCThreads) {
@@ -943,35 +968,65 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         hw::fence_proxy_async();
         hw::named_bar_sync(kVTailBarrier, kCThreads);
       }
-      hw::fence();
-      issue_pv(sl);
-      hw::wait<0>();
-      hw::fence_operands(o);
-      fence_pa();
+      if constexpr (kForm != kIdle) {
+        hw::fence();
+        if constexpr (kForm == kHalf) {
+#pragma unroll
+          for (int kt = 0; kt < kBn / 32; ++kt) {
+            const uint64_t dv =
+                hw::desc_mn_major_sw128(v_addr + sl * C::kKvBytes + kt * 2048u, C::kKvPanel);
+            hw::wgmma_rs<kDp, T, 1>(o, pa[kt], dv, 1);
+          }
+          hw::commit();
+        } else {
+          issue_pv(sl);
+        }
+        hw::wait<0>();
+        hw::fence_operands(o);
+        fence_pa();
+      }
       release(&v_empty[sl]);  // the stage goes back to the producer (next tile)
     }
+    if constexpr (kForm != kIdle) {
 
-    // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2; rows past the end skipped.
+      // Epilogue: row sums, out = acc / l, lse = (m + log2 l) ln 2; rows past the end skipped.
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+      for (int i = 0; i < 2; ++i) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+      }
+      const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = q0 + r0 + g + 8 * i;
+        if (row >= r.len) continue;
+        T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+          *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
+              pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
+        if (t == 0)
+          lse[static_cast<int64_t>(tl.h) * p.total_tokens + r.first + row] =
+              (m[i] + __log2f(l[i])) * kLn2;
+      }
     }
-    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = q0 + r0 + g + 8 * i;
-      if (row >= r.len) continue;
-      T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
-            pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
-      if (t == 0)
-        lse[static_cast<int64_t>(tl.h) * p.total_tokens + r.first + row] =
-            (m[i] + __log2f(l[i])) * kLn2;
-    }
-    it += static_cast<uint32_t>(n_kblocks);
+  };
+
+  uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
+  uint32_t tiles = 0;  // tiles done so far (Q parity)
+  // (Not at D 256: its consumers sit at the register bound.)
+  const bool trim_on = D <= 128 && trim != 0;
+  for (uint32_t k = 0; k < rounds; ++k) {
+    Tile tl;
+    if (!tile_of(k, tl)) continue;
+    const int k_end = p.causal ? min(tl.r.len, tl.q0 + kBm) : tl.r.len;
+    if (trim_on && tl.q0 + 64 * cw >= tl.r.len)
+      run_tile(tl, it, tiles, std::integral_constant<int, kIdle>{});
+    else if (trim_on && k_end - (tl.n_kblocks - 1) * kBn <= kBn / 2)
+      run_tile(tl, it, tiles, std::integral_constant<int, kHalf>{});
+    else
+      run_tile(tl, it, tiles, std::integral_constant<int, kFull>{});
+    it += static_cast<uint32_t>(tl.n_kblocks);
     ++tiles;
   }
 }
@@ -1054,6 +1109,17 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
                    static_cast<uint32_t>(q_blocks), static_cast<uint32_t>(chunk * group)};
 }
 
+// v1.2's trimmed tiles (the kernel's kHalf and kIdle forms): FOLD_FWD_TRIM=1 (read at every
+// call) turns them on, for A/B runs; off by default until measured.
+bool forward_trim() {
+  const char *env = std::getenv("FOLD_FWD_TRIM");
+  if (env == nullptr || env[0] == '\0') return false;
+  const std::string v(env);
+  if (v == "0") return false;
+  if (v == "1") return true;
+  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_TRIM=" + v + ": expected 0 or 1");
+}
+
 // v1.2's CTA count: FOLD_FWD_CTAS (read at every call, a positive integer) caps it, so that
 // the tests can make a few CTAs walk many tiles (the cross-tile pipeline state); unset = the
 // SM count. Scheduling only: a tile's bits never depend on which CTA runs it.
@@ -1091,7 +1157,8 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t cap = persistent_ctas_cap();
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
-      p, mq.map, mk.map, mv.map, muls, out, lse, static_cast<uint32_t>(all), order);
+      p, mq.map, mk.map, mv.map, muls, out, lse, static_cast<uint32_t>(all), order,
+      forward_trim() ? 1 : 0);
   check(cudaGetLastError(), "forward kernel launch");
 }
 
