@@ -476,9 +476,10 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
 @pytest.mark.parametrize("D", DIMS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
-    """FOLD_FWD_TRIM=1: v1.2 skips a consumer warpgroup's work where all its 64 rows lie past
-    its request's end, and multiplies P V over half of a last key block with at most half its
-    keys in range (the skipped terms are exact zeros). Same bits as without, with 1, 3 and all
+    """v1.2's trim (on by default; FOLD_FWD_TRIM=0 turns it off): it skips a consumer
+    warpgroup's work where all its 64 rows lie past its request's end, and multiplies P V over
+    half of a last key block with at most half its keys in range (the skipped terms are exact
+    zeros). Same bits as without (default and =1), with 1, 3 and all
     CTAs, dense and varlen, causal or not, lengths around the tiles (64 / 128 / 192 rows and
     128 / 192 keys) and an empty request; a bad value is refused with a message naming it."""
     lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127], 6, 2
@@ -487,16 +488,18 @@ def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
     cu = _cu(lengths)
     dense = [_randn((2, 320, h, D), dtype, 270 + i) for i, h in enumerate((H, Hkv, Hkv))]
     for causal in (False, True):
-        monkeypatch.delenv("FOLD_FWD_TRIM", raising=False)
+        monkeypatch.setenv("FOLD_FWD_TRIM", "0")
         expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
-        for ctas in ("", "1", "3"):
-            monkeypatch.setenv("FOLD_FWD_TRIM", "1")
+        for trim, ctas in (("", ""), ("1", ""), ("", "1"), ("1", "3")):
+            monkeypatch.delenv("FOLD_FWD_TRIM", raising=False)
+            if trim:
+                monkeypatch.setenv("FOLD_FWD_TRIM", trim)
             if ctas:
                 monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
             got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
             monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
             for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
-                what = f"trim, {ctas or 'all'} CTAs, {kind} (causal={causal})"
+                what = f"trim {trim or 'default'}, {ctas or 'all'} CTAs, {kind} (causal={causal})"
                 _assert_bits(a_out, b_out, f"{what} out")
                 _assert_bits(a_lse, b_lse, f"{what} lse")
     monkeypatch.setenv("FOLD_FWD_TRIM", "2")
