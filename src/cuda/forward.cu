@@ -1070,16 +1070,15 @@ Variant forward_variant() {
 // in L2 (H200, graphed, L2 flushed: 484 -> 571 TFLOP/s at (8, 2048, 16/16, 128), within noise
 // on the other shapes). Causal or varlen, tiles differ in length and the longest-first order
 // over the whole batch balances the SMs better than L2 reuse gains: one chunk of everything
-// (two-wave chunks measured 4-28% slower there), except dense causal MHA at D 128: there each head
-// has its own K / V and one chunk of every pair runs up to one head per resident CTA, each query
-// block re-reading its head's K / V from DRAM (ncu at (8, 2048, 16/16, 128): DRAM 69%, L2 hits
-// 33%), so chunks of about half a wave of pairs (two query blocks of each head in flight): +12.8%
-// there (session 21, protocol A/B, graphed, L2 flushed: 419.5 -> 473.1 TFLOP/s), while at D 64
-// (8, 2048, 32/32) the same chunks were -1.7% and GQA shapes lost up to 16% (their groups already
-// share K / V). FOLD_FWD_HB_CHUNK=n (read at every call) sets
-// the target number of (request, head) pairs per chunk instead (for sweeps; 0 = one chunk).
-// In units of one KV head's G query heads, so that a chunk never splits a group (its K / V
-// would be read again by the next chunk); balanced, only the last chunk may be short.
+// (two-wave chunks measured 4-28% slower there), except dense causal MHA at D 128 and D 64 (below):
+// there each head has its own K / V and one chunk of every pair runs up to one head per resident
+// CTA, each query block re-reading its head's K / V from DRAM (ncu at (8, 2048, 16/16, 128): DRAM
+// 69%, L2 hits 33%), so chunks of about half a wave of pairs (two query blocks of each head in
+// flight): +12.8% there (session 21, protocol A/B, graphed, L2 flushed: 419.5 -> 473.1 TFLOP/s),
+// while GQA shapes lost up to 16% (their groups already share K / V). FOLD_FWD_HB_CHUNK=n (read at
+// every call) sets the target number of (request, head) pairs per chunk instead (for sweeps; 0 =
+// one chunk). In units of one KV head's G query heads, so that a chunk never splits a group (its K
+// / V would be read again by the next chunk); balanced, only the last chunk may be short.
 // Scheduling only: the bits are the same for every choice. It depends on the batch, which an
 // order may (never what a tile computes).
 TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
@@ -1088,8 +1087,12 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
   const bool uniform = !p.causal && p.cu_seqlens == nullptr;
   // (Only with 16 query blocks or more, as measured: with fewer, half a wave of pairs is one or
   // two waves of tiles, where two-wave chunks lost to the longest-first order.)
+  // At D 64 (192-row tiles since session 24) the same chunks measured +1.7% / +4.7% at (8, 2048,
+  // 32/32) causal (session 25, two protocol A/B runs, graphed, L2 flushed; -1.7% in session 21 on
+  // the 128-row tiles of then), so D 64 takes them too from S 2048 (11 query blocks there).
   const bool causal_mha =
-      p.causal && p.cu_seqlens == nullptr && group == 1 && p.head_dim == 128 && q_blocks >= 16;
+      p.causal && p.cu_seqlens == nullptr && group == 1 &&
+      ((p.head_dim == 128 && q_blocks >= 16) || (p.head_dim == 64 && p.seqlen >= 2048));
   int64_t target = uniform      ? (2 * sm_count() + q_blocks - 1) / std::max<int64_t>(q_blocks, 1)
                    : causal_mha ? std::max<int64_t>(sm_count() / 2, 1)
                                 : n_units * group;
