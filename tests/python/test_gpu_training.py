@@ -479,9 +479,9 @@ def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
     """v1.2's trim (on by default; FOLD_FWD_TRIM=0 turns it off): it skips a consumer
     warpgroup's work where all its 64 rows lie past its request's end, and multiplies P V over
     half of a last key block with at most half its keys in range (the skipped terms are exact
-    zeros). Same bits as without (default and =1), with 1, 3 and all
-    CTAs, dense and varlen, causal or not, lengths around the tiles (64 / 128 / 192 rows and
-    128 / 192 keys) and an empty request; a bad value is refused with a message naming it."""
+    zeros). Same bits as without (default and =1), with 1, 3 and all CTAs, dense and varlen,
+    causal or not, lengths around the tiles (64 / 128 / 192 rows and 128 / 192 keys) and an
+    empty request; a bad value is refused with a message naming it."""
     lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127], 6, 2
     T = sum(lengths)
     q, k, v = (_randn((T, h, D), dtype, 260 + i) for i, h in enumerate((H, Hkv, Hkv)))
