@@ -97,6 +97,26 @@ struct CoordMuls {
   int32_t q_head, q_batch, k_head, k_batch, v_head, v_batch;
 };
 
+// A request's last key block: the V rows past its end (rows valid .. kBn - 1 of the stage at
+// v_stage) may hold another request's values (even inf / NaN, and 0 * inf = NaN). The `count`
+// consumer threads (this one is `first`) zero them, each a share of the 16-byte chunks (a row's
+// 128 bytes per panel are swizzled within the row only), make the async proxy (wgmma, and the
+// producer's later TMA writes to the stage) see the stores, and wait for each other.
+template <class C>
+__device__ __forceinline__ void zero_v_tail(unsigned char *v_stage, int valid, int first,
+                                            int count) {
+  const int chunks = (C::kBn - valid) * C::kPanels * 8;
+  for (int idx = first; idx < chunks; idx += count) {
+    const int row = valid + idx / (C::kPanels * 8);
+    const int pn = (idx / 8) % C::kPanels;
+    const int chunk = idx % 8;
+    *reinterpret_cast<uint4 *>(v_stage + pn * C::kKvPanel + row * 128 + chunk * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+  hw::fence_proxy_async();
+  hw::named_bar_sync(kVTailBarrier, count);
+}
+
 template <int D, class Tag>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_v1_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
@@ -269,23 +289,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
 
     hw::mbar_wait(&v_full[s], parity);
-    if (k0 + kBn > r.len) {
-      // The request's last block: V rows past its end may hold another request's values
-      // (even inf/NaN, and 0 * inf = NaN): zero them. Each consumer thread takes a share of
-      // the 16-byte chunks (a row's 128 bytes per panel are swizzled within the row only),
-      // then the async proxy (wgmma) is made to see the stores.
-      const int valid = r.len - k0;
-      const int chunks = (kBn - valid) * C::kPanels * 8;
-      for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kConsumerThreads) {
-        const int row = valid + idx / (C::kPanels * 8);
-        const int pn = (idx / 8) % C::kPanels;
-        const int chunk = idx % 8;
-        *reinterpret_cast<uint4 *>(v_s + s * C::kKvBytes + pn * C::kKvPanel + row * 128 +
-                                   chunk * 16) = make_uint4(0, 0, 0, 0);
-      }
-      hw::fence_proxy_async();
-      hw::named_bar_sync(kVTailBarrier, kConsumerThreads);
-    }
+    if (k0 + kBn > r.len)
+      zero_v_tail<C>(v_s + s * C::kKvBytes, r.len - k0, cw * hw::kWarpgroupThreads + tid,
+                     kConsumerThreads);
 
     // O += P V (V MN-major: panel stride kKvPanel, k16 step = 16 rows = 2048 bytes).
     hw::fence();
@@ -600,22 +606,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int jl = n_kblocks - 1, sl = jl % kStages;
     const int k0 = jl * kBn;
     hw::mbar_wait(&v_full[sl], (jl / kStages) & 1);
-    if (k0 + kBn > r.len) {
-      // The request's last block: V rows past its end may hold another request's values
-      // (even inf/NaN, and 0 * inf = NaN): zero them (as v1), then make the async proxy
-      // (wgmma) see the stores. Both consumers reach this point after their last turn.
-      const int valid = r.len - k0;
-      const int chunks = (kBn - valid) * C::kPanels * 8;
-      for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kConsumerThreads) {
-        const int row = valid + idx / (C::kPanels * 8);
-        const int pn = (idx / 8) % C::kPanels;
-        const int chunk = idx % 8;
-        *reinterpret_cast<uint4 *>(v_s + sl * C::kKvBytes + pn * C::kKvPanel + row * 128 +
-                                   chunk * 16) = make_uint4(0, 0, 0, 0);
-      }
-      hw::fence_proxy_async();
-      hw::named_bar_sync(kVTailBarrier, kConsumerThreads);
-    }
+    // (Both consumers reach the tail's barrier after their last turn.)
+    if (k0 + kBn > r.len)
+      zero_v_tail<C>(v_s + sl * C::kKvBytes, r.len - k0, cw * hw::kWarpgroupThreads + tid,
+                     kConsumerThreads);
     hw::fence();
     issue_pv(sl);
     hw::wait<0>();
@@ -831,10 +825,11 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     }
     hw::commit();
   };
-  // O += P V (V MN-major: panel stride kKvPanel, k16 step = 16 rows = 2048 bytes).
-  auto issue_pv = [&](uint32_t s) {
+  // O += P V (V MN-major: panel stride kKvPanel, k16 step = 16 rows = 2048 bytes) over the
+  // block's first `keys` keys (a std::integral_constant: kBn, or kBn / 2 for a half block).
+  auto issue_pv = [&](uint32_t s, auto keys) {
 #pragma unroll
-    for (int kt = 0; kt < kBn / 16; ++kt) {
+    for (int kt = 0; kt < decltype(keys)::value / 16; ++kt) {
       const uint64_t dv =
           hw::desc_mn_major_sw128(v_addr + s * C::kKvBytes + kt * 2048u, C::kKvPanel);
       hw::wgmma_rs<kDp, T, 1>(o, pa[kt], dv, 1);
@@ -922,7 +917,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       if constexpr (kForm != kIdle) {
         hw::fence();
         issue_s(s);
-        issue_pv(sp);
+        issue_pv(sp, std::integral_constant<int, kBn>{});
       }
       turn_end(j == n_kblocks - 1);
       if constexpr (kForm != kIdle) {
@@ -952,35 +947,13 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       const uint32_t sl = n % kStages;
       const int k0 = jl * kBn;
       hw::mbar_wait(&v_full[sl], (n / kStages) & 1);
-      if (k0 + kBn > r.len) {
-        // The request's last block: zero V rows past its end (as v1, v1.1), then make the
-        // async proxy (wgmma, and the producer's later TMA writes to this stage) see the
-        // stores. Every consumer (idle ones included) reaches this point after its last turn.
-        const int valid = r.len - k0;
-        const int chunks = (kBn - valid) * C::kPanels * 8;
-        for (int idx = cw * hw::kWarpgroupThreads + tid; idx < chunks; idx += kCThreads) {
-          const int row = valid + idx / (C::kPanels * 8);
-          const int pn = (idx / 8) % C::kPanels;
-          const int chunk = idx % 8;
-          *reinterpret_cast<uint4 *>(v_s + sl * C::kKvBytes + pn * C::kKvPanel + row * 128 +
-                                     chunk * 16) = make_uint4(0, 0, 0, 0);
-        }
-        hw::fence_proxy_async();
-        hw::named_bar_sync(kVTailBarrier, kCThreads);
-      }
+      // (Every consumer, idle ones included, reaches the tail's barrier after its last turn.)
+      if (k0 + kBn > r.len)
+        zero_v_tail<C>(v_s + sl * C::kKvBytes, r.len - k0, cw * hw::kWarpgroupThreads + tid,
+                       kCThreads);
       if constexpr (kForm != kIdle) {
         hw::fence();
-        if constexpr (kForm == kHalf) {
-#pragma unroll
-          for (int kt = 0; kt < kBn / 32; ++kt) {
-            const uint64_t dv =
-                hw::desc_mn_major_sw128(v_addr + sl * C::kKvBytes + kt * 2048u, C::kKvPanel);
-            hw::wgmma_rs<kDp, T, 1>(o, pa[kt], dv, 1);
-          }
-          hw::commit();
-        } else {
-          issue_pv(sl);
-        }
+        issue_pv(sl, std::integral_constant < int, kForm == kHalf ? kBn / 2 : kBn > {});
         hw::wait<0>();
         hw::fence_operands(o);
         fence_pa();
@@ -1140,6 +1113,23 @@ int64_t persistent_ctas_cap() {
   return n;
 }
 
+// The forward's Q / K / V tensor maps (boxes of bm query rows and bn keys) and their coordinate
+// multipliers.
+struct QkvMaps {
+  ViewMap q, k, v;
+  CoordMuls muls;
+};
+QkvMaps make_qkv_maps(const fold_attn_problem_t &p, const fold_tensor_t &q, const fold_tensor_t &k,
+                      const fold_tensor_t &v, int bm, int bn) {
+  QkvMaps m{make_view_map(p, q, p.n_heads, bm),
+            make_view_map(p, k, p.n_kv_heads, bn),
+            make_view_map(p, v, p.n_kv_heads, bn),
+            {}};
+  m.muls = CoordMuls{m.q.head_mul,  m.q.batch_mul, m.k.head_mul,
+                     m.k.batch_mul, m.v.head_mul,  m.v.batch_mul};
+  return m;
+}
+
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg).
 template <int D, class Tag, int NC>
@@ -1150,11 +1140,7 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
   auto kernel = forward_v12_kernel<D, Tag, NC>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
-  const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
-  const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
-  const ViewMap mv = make_view_map(p, v, p.n_kv_heads, C::kBn);
-  const CoordMuls muls{mq.head_mul,  mq.batch_mul, mk.head_mul,
-                       mk.batch_mul, mv.head_mul,  mv.batch_mul};
+  const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
   const int64_t all = q_blocks * p.n_heads * p.batch;
   if (all > 0x7fffffff)
@@ -1163,7 +1149,7 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t cap = persistent_ctas_cap();
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
-      p, mq.map, mk.map, mv.map, muls, out, lse, static_cast<uint32_t>(all), order,
+      p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, static_cast<uint32_t>(all), order,
       forward_trim() ? 1 : 0);
   check(cudaGetLastError(), "forward kernel launch");
 }
@@ -1187,11 +1173,7 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
   const void *launched = v11 ? reinterpret_cast<const void *>(v11_kernel)
                              : reinterpret_cast<const void *>(forward_v1_kernel<D, Tag>);
   set_max_dynamic_smem(launched, smem_bytes, "forward");
-  const ViewMap mq = make_view_map(p, q, p.n_heads, C::kBm);
-  const ViewMap mk = make_view_map(p, k, p.n_kv_heads, C::kBn);
-  const ViewMap mv = make_view_map(p, v, p.n_kv_heads, C::kBn);
-  const CoordMuls muls{mq.head_mul,  mq.batch_mul, mk.head_mul,
-                       mk.batch_mul, mv.head_mul,  mv.batch_mul};
+  const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
   const int64_t ctas = q_blocks * p.n_heads;
   if (ctas > 0x7fffffff) fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads too large for one grid");
@@ -1202,11 +1184,11 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
     if (all > 0x7fffffff)
       fail(FOLD_ERR_UNSUPPORTED, "seqlen * n_heads * batch too large for one grid");
     v11_kernel<<<static_cast<unsigned>(all), kThreads, smem_bytes, stream>>>(
-        p, mq.map, mk.map, mv.map, muls, out, lse, order);
+        p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, order);
   } else {
     const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(p.batch), 1);
     forward_v1_kernel<D, Tag>
-        <<<grid, kThreads, smem_bytes, stream>>>(p, mq.map, mk.map, mv.map, muls, out, lse);
+        <<<grid, kThreads, smem_bytes, stream>>>(p, m.q.map, m.k.map, m.v.map, m.muls, out, lse);
   }
   check(cudaGetLastError(), "forward kernel launch");
 }
