@@ -8,11 +8,9 @@
 // The values and their packing are the caller's (`conv`, then pack2 of column pairs, as the
 // 4-byte stores did): the same bits land at the same addresses.
 //
-// The tile is any region of the kernel's shared memory laid out as load_tile_sw writes a
-// [ROWS][D] tile: (D + 63) / 64 column blocks of ROWS 128-byte lines, 16-byte chunk j of
-// line l at j ^ (l % 8) (the kernels use the K / V tiles, whose rows of the warp are free by then;
-// each kernel says why). A warp only touches lines line0 .. line0 + 15 of it, so the warps of a
-// warpgroup need no barrier among them, only __syncwarp.
+// The staging (stage_warp_rows) is stage_rows.cuh's; its tile is any region of the kernel's
+// shared memory laid out as load_tile_sw writes a [ROWS][D] tile (the kernels use the K / V
+// tiles, whose rows of the warp are free by then; each kernel says why).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,7 +19,7 @@
 
 #include "core/grid_scale.h"
 #include "core/problem.h"
-#include "cuda/hopper/stmatrix.cuh"
+#include "cuda/stage_rows.cuh"
 #include "cuda/tile_mma.cuh"
 
 namespace fold::cuda::bwd {
@@ -51,27 +49,7 @@ __device__ __forceinline__ void st_global_16_if(bool pred, void *ptr, uint4 v) {
       : "memory");
 }
 
-// The warp's accumulator rows (an m64nD wgmma accumulator: lane 4 g + tq holds rows g and g + 8
-// of the warp's 16, columns 8 j + 2 tq + e, in acc[4 j + 2 i + e]) into lines line0 .. line0 +
-// 15 of the tile; line0 is a multiple of 8. stmatrix's fragment of an 8 x 8 matrix is exactly
-// pack2 of such a column pair, so four matrices (rows +0 / +8, column blocks j, j + 1) go in one
-// instruction: lane 8 x + rr gives the address of line rr of matrix x, whose 16-byte chunk
-// (j & 7) ^ rr sits in column block j / 8 (j is even, so j and j + 1 share the column block).
-template <int D, int ROWS, class Tag, class Conv>
-__device__ __forceinline__ void stage_warp_rows(uint32_t tile_addr, int line0, int lane,
-                                                const float (&acc)[D / 2], Conv conv) {
-  const int x = lane >> 3, rr = lane & 7;
-  const uint32_t line = tile_addr + static_cast<uint32_t>(line0 + 8 * (x & 1) + rr) * 128u;
-  const int flip = (x >> 1) ^ rr;  // chunk of column block j0 + (x >> 1) = (j0 & 7) ^ flip
-#pragma unroll
-  for (int j0 = 0; j0 < D / 8; j0 += 2) {
-    const uint32_t addr = line + (j0 >> 3) * (ROWS * 128) + (((j0 & 7) ^ flip) << 4);
-    hopper::stmatrix_x4(addr, tile::pack2(conv(acc[4 * j0]), conv(acc[4 * j0 + 1]), Tag{}),
-                        tile::pack2(conv(acc[4 * j0 + 2]), conv(acc[4 * j0 + 3]), Tag{}),
-                        tile::pack2(conv(acc[4 * j0 + 4]), conv(acc[4 * j0 + 5]), Tag{}),
-                        tile::pack2(conv(acc[4 * j0 + 6]), conv(acc[4 * j0 + 7]), Tag{}));
-  }
-}
+using cuda::stage_warp_rows;
 
 // dK's rows (stage_warp_rows): the accumulator times 2^-t and the softmax scale where the group's
 // grid scale is valid, NaN elsewhere. `valid` is uniform: one branch, not a select per element.

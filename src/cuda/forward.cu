@@ -48,6 +48,7 @@
 #include "cuda/hopper/wgmma.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
+#include "cuda/stage_rows.cuh"
 #include "cuda/tensor_map.h"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_order.cuh"
@@ -662,16 +663,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 // v1.2's tiles: 64 NC query rows (NC consumer warpgroups) by the plan's key block, or by 128 keys
 // with three consumers (their 160 registers hold a 64 x 128 S, not the plan's 64 x 192 at D 64);
 // 3 K / V stages where they fit, else 2.
-template <int D, int NC>
+// v1.2's epilogue (EPI): kEpiStg stores O from the accumulator registers with 4-byte global
+// stores (32 per thread at D 128, each row's pieces spread over 8 rows); kEpiTma stages the
+// warp's 16 rows of O in shared memory (stmatrix, stage_rows.cuh) and one lane copies them out
+// with a TMA store per 64-column panel, so the consumers issue no global stores for O (a
+// partial warp block of a packed request, whose rows past the end belong to the next request,
+// takes the 4-byte stores). Its staging tile (the Q tile's size) costs D 96 / 128 a K / V stage
+// (2 instead of 3). kEpiStg2 is kEpiStg with kEpiTma's stage count, to time the two apart.
+// The values stored are the same products either way: the same bits.
+enum Epi { kEpiStg = 0, kEpiTma = 1, kEpiStg2 = 2 };
+template <int D, int NC, int EPI>
 struct V12Shape {
   static constexpr int kBm = 64 * NC;
   static constexpr int kBn = NC == 3 ? 128 : forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;
-  static constexpr int kBytes3 = 1024 + kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
+  static constexpr int kOBytes = EPI == kEpiTma ? kBm * kDp * 2 : 0;  // the staging tile
+  static constexpr int kOCounted = EPI == kEpiStg ? 0 : kBm * kDp * 2;
+  static constexpr int kBytes3 =
+      1024 + kBm * kDp * 2 + kOCounted + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
   static constexpr int kStages = kBytes3 <= 227 * 1024 ? 3 : 2;
 };
-template <int D, int NC>
-using V12Cfg = CfgT<D, V12Shape<D, NC>::kStages, V12Shape<D, NC>::kBm, V12Shape<D, NC>::kBn>;
+template <int D, int NC, int EPI>
+using V12Cfg =
+    CfgT<D, V12Shape<D, NC, EPI>::kStages, V12Shape<D, NC, EPI>::kBm, V12Shape<D, NC, EPI>::kBn>;
 // Consumer registers: 128 x 24 + 256 x 240 = 64512 (two consumers), 128 x 24 + 384 x 160 = 64512
 // (three) <= 65536.
 template <int NC>
@@ -679,14 +693,15 @@ struct V12ConsumerRegs {
   static constexpr int value = NC == 3 ? 160 : 240;
 };
 
-template <int D, class Tag, int NC>
+template <int D, class Tag, int NC, int EPI>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
+                       const __grid_constant__ CUtensorMap tm_v,
+                       const __grid_constant__ CUtensorMap tm_o, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
                        const TileOrder order, const int trim) {
-  using C = V12Cfg<D, NC>;
+  using C = V12Cfg<D, NC, EPI>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
   constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
@@ -696,7 +711,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   unsigned char *q_s = smem;
   unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
   unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
-  auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
+  unsigned char *o_s = v_s + kStages * C::kKvBytes;  // kEpiTma's staging tile (1024-aligned)
+  auto *bars = reinterpret_cast<uint64_t *>(o_s + V12Shape<D, NC, EPI>::kOBytes);
   uint64_t *q_full = bars;
   uint64_t *k_full = bars + 1;
   uint64_t *v_full = k_full + kStages;
@@ -754,6 +770,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::tma_prefetch_descriptor(&tm_q);
       hw::tma_prefetch_descriptor(&tm_k);
       hw::tma_prefetch_descriptor(&tm_v);
+      if constexpr (EPI == kEpiTma) hw::tma_prefetch_descriptor(&tm_o);
       uint32_t it = 0;     // key blocks loaded so far (K/V stage and parity, CTA-wide)
       uint32_t tiles = 0;  // tiles done so far (Q parity)
       for (uint32_t k = 0; k < rounds; ++k) {
@@ -969,15 +986,42 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
       }
       const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+      bool staged = false;
+      if constexpr (EPI == kEpiTma) {
+        // Through shared memory where the warp's 16 rows may all be written: a dense request's
+        // rows past its end lie past the tensor's (the store drops them), a packed one's
+        // belong to the next request unless the block is whole. Warp-uniform.
+        if (dense || q0 + r0 + 16 <= r.len) {
+#pragma unroll
+          for (int i = 0; i < kDp / 2; ++i)
+            o[i] *= inv[(i >> 1) & 1];  // the 4-byte path's products
+          // The warp's rows of the staging tile are free once its previous store has read them.
+          if (lane == 0) hw::bulk_wait_read<0>();
+          __syncwarp();
+          stage_warp_rows<kDp, kBm, Tag>(hw::smem_u32(o_s), r0, lane, o, [](float a) { return a; });
+          hw::fence_proxy_async();  // each writer's stmatrix, then the issuing lane
+          __syncwarp();
+          if (lane == 0) {
+#pragma unroll
+            for (int pn = 0; pn < C::kPanels; ++pn)
+              hw::tma_store_4d(&tm_o, o_s + pn * C::kQPanel + r0 * 128, pn * 64, tl.h,
+                               tl.row_base + q0 + r0, tl.batch);
+            hw::bulk_commit();
+          }
+          staged = true;
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = q0 + r0 + g + 8 * i;
         if (row >= r.len) continue;
-        T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
+        if (!staged) {
+          T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-          *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
-              pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
+          for (int nt = 0; nt < D / 8; ++nt)
+            *reinterpret_cast<uint32_t *>(dst + nt * 8 + 2 * t) =
+                pack2(o[4 * nt + 2 * i] * inv[i], o[4 * nt + 2 * i + 1] * inv[i], Tag{});
+        }
         if (t == 0)
           lse[static_cast<int64_t>(tl.h) * p.total_tokens + r.first + row] =
               (m[i] + __log2f(l[i])) * kLn2;
@@ -1002,6 +1046,9 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     it += static_cast<uint32_t>(tl.n_kblocks);
     ++tiles;
   }
+  // The staging tile must outlive the warp's last store's reads.
+  if constexpr (EPI == kEpiTma)
+    if (lane == 0) hw::bulk_wait<0>();
 }
 
 void check(cudaError_t err, const char *what) {
@@ -1130,17 +1177,43 @@ QkvMaps make_qkv_maps(const fold_attn_problem_t &p, const fold_tensor_t &q, cons
   return m;
 }
 
+// Whether v1.2's TMA epilogue can store into `out`: a view TMA describes whose head (and, dense,
+// batch) dimensions are not broadcast (the kernel stores at coordinates h and b). A layout
+// property alone, never one of the batch's lengths.
+bool out_tma_describable(const fold_attn_problem_t &p, const fold_tensor_t &out) {
+  return tma_describable(p, out) && (out.head_stride != 0 || p.n_heads == 1) &&
+         (p.cu_seqlens != nullptr || out.batch_stride != 0 || p.batch == 1);
+}
+
+// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "tma", "stg" or "stg2" (Epi); unset =
+// the default, kEpiTma where the head dim has room for its staging tile (D <= 128) and `out`
+// allows it, else kEpiStg. Same bits either way.
+int forward_epi(const fold_attn_problem_t &p, const fold_tensor_t &out) {
+  const bool tma_ok = p.head_dim <= 128 && out_tma_describable(p, out);
+  const char *env = std::getenv("FOLD_FWD_EPI");
+  if (env == nullptr || env[0] == '\0') return tma_ok ? kEpiTma : kEpiStg;
+  const std::string v(env);
+  if (v == "tma") return tma_ok ? kEpiTma : kEpiStg;
+  if (v == "stg") return kEpiStg;
+  if (v == "stg2") return p.head_dim <= 128 ? kEpiStg2 : kEpiStg;
+  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected tma, stg or stg2");
+}
+
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg).
-template <int D, class Tag, int NC>
+template <int D, class Tag, int NC, int EPI>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, cudaStream_t stream) {
-  using C = V12Cfg<D, NC>;
-  constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
+  using C = V12Cfg<D, NC, EPI>;
+  // + the Q empty barrier and the staging tile
+  constexpr int kSmem = C::kSmemBytes + 8 + V12Shape<D, NC, EPI>::kOBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel = forward_v12_kernel<D, Tag, NC>;
+  auto kernel = forward_v12_kernel<D, Tag, NC, EPI>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
+  // The store map: 16-row boxes (one warp's rows). Unused (and not encoded) by the 4-byte path.
+  CUtensorMap mo{};
+  if constexpr (EPI == kEpiTma) mo = make_view_map(p, out, p.n_heads, 16).map;
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
   const int64_t all = q_blocks * p.n_heads * p.batch;
   if (all > 0x7fffffff)
@@ -1149,9 +1222,21 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t cap = persistent_ctas_cap();
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
-      p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, static_cast<uint32_t>(all), order,
+      p, m.q.map, m.k.map, m.v.map, mo, m.muls, out, lse, static_cast<uint32_t>(all), order,
       forward_trim() ? 1 : 0);
   check(cudaGetLastError(), "forward kernel launch");
+}
+
+// v1.2 with the epilogue forward_epi picks (D 256: the 4-byte stores only).
+template <int D, class Tag, int NC>
+void launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                    fold_tensor_t out, float *lse, cudaStream_t stream) {
+  if constexpr (D <= 128) {
+    const int epi = forward_epi(p, out);
+    if (epi == kEpiTma) return launch_v12<D, Tag, NC, kEpiTma>(p, q, k, v, out, lse, stream);
+    if (epi == kEpiStg2) return launch_v12<D, Tag, NC, kEpiStg2>(p, q, k, v, out, lse, stream);
+  }
+  launch_v12<D, Tag, NC, kEpiStg>(p, q, k, v, out, lse, stream);
 }
 
 template <int D, class Tag>
@@ -1160,9 +1245,9 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
   // Three consumer warpgroups only at D 64 (at D >= 96 a 64 x 128 O, S and P do not fit in 160
   // registers).
   if constexpr (D == 64)
-    if (variant == Variant::kV12) return launch_v12<D, Tag, 3>(p, q, k, v, out, lse, stream);
+    if (variant == Variant::kV12) return launch_v12_epi<D, Tag, 3>(p, q, k, v, out, lse, stream);
   if (variant == Variant::kV12 || variant == Variant::kV12TwoConsumers)
-    return launch_v12<D, Tag, 2>(p, q, k, v, out, lse, stream);
+    return launch_v12_epi<D, Tag, 2>(p, q, k, v, out, lse, stream);
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");

@@ -507,6 +507,43 @@ def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
         _fwd(*dense, False)
 
 
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_forward_epilogue_keeps_bits(dtype, D, monkeypatch):
+    """v1.2's epilogue (FOLD_FWD_EPI): "tma" (the default at D <= 128) stages each warp's 16
+    rows of O in shared memory and stores them with TMA, "stg" stores from the registers with
+    4-byte stores, "stg2" is "stg" with the TMA form's K / V stage count. Same bits for all,
+    with 1, 3 and all CTAs (the staging tile reused across a CTA's tiles), dense (lengths whose
+    last warp block is partial: the store drops rows past the tensor) and varlen (a packed
+    request's partial warp block takes the 4-byte stores: the next request's rows are never
+    written by it), causal or not, with NaN left in the outputs' memory beforehand; D 256 (no
+    room for the staging tile) takes the 4-byte stores whatever is asked; a bad value is
+    refused with a message naming it."""
+    lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127, 16, 17], 6, 2
+    T = sum(lengths)
+    q, k, v = (_randn((T, h, D), dtype, 280 + i) for i, h in enumerate((H, Hkv, Hkv)))
+    cu = _cu(lengths)
+    dense = [_randn((2, 203, h, D), dtype, 290 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    for causal in (False, True):
+        monkeypatch.setenv("FOLD_FWD_EPI", "stg")
+        expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+        for epi, ctas in (("", ""), ("tma", "1"), ("", "3"), ("stg2", ""), ("stg2", "3")):
+            monkeypatch.delenv("FOLD_FWD_EPI", raising=False)
+            if epi:
+                monkeypatch.setenv("FOLD_FWD_EPI", epi)
+            if ctas:
+                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
+            got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
+            monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
+            for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
+                what = f"epilogue {epi or 'default'}, {ctas or 'all'} CTAs, {kind} (causal={causal})"
+                _assert_bits(a_out, b_out, f"{what} out")
+                _assert_bits(a_lse, b_lse, f"{what} lse")
+    monkeypatch.setenv("FOLD_FWD_EPI", "smem")
+    with pytest.raises(ValueError, match="FOLD_FWD_EPI"):
+        _fwd(*dense, False)
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_d64_three_consumers(dtype, monkeypatch):
     """At D 64 the default forward (v1.2 with three consumer warpgroups, 192 x 128 tiles) keeps

@@ -1,0 +1,40 @@
+// A warp's 16 rows of a wgmma accumulator, converted to 16 bits, into a shared tile with
+// stmatrix: the staging step of the epilogues that leave through shared memory (the backward's
+// dK / dV, backward_sm90_epilogue.cuh; the forward's O, which a TMA store then copies out).
+//
+// The tile is any region of a kernel's shared memory laid out as a 128B-swizzled TMA load
+// writes a [ROWS][D] tile: (D + 63) / 64 column blocks of ROWS 128-byte lines, 16-byte chunk j
+// of line l at j ^ (l % 8). A warp only touches lines line0 .. line0 + 15 of it, so the warps of
+// a warpgroup need no barrier among them, only __syncwarp.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/hopper/stmatrix.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace fold::cuda {
+
+// The warp's accumulator rows (an m64nD wgmma accumulator: lane 4 g + tq holds rows g and g + 8
+// of the warp's 16, columns 8 j + 2 tq + e, in acc[4 j + 2 i + e]) into lines line0 .. line0 +
+// 15 of the tile; line0 is a multiple of 8. stmatrix's fragment of an 8 x 8 matrix is exactly
+// pack2 of such a column pair, so four matrices (rows +0 / +8, column blocks j, j + 1) go in one
+// instruction: lane 8 x + rr gives the address of line rr of matrix x, whose 16-byte chunk
+// (j & 7) ^ rr sits in column block j / 8 (j is even, so j and j + 1 share the column block).
+template <int D, int ROWS, class Tag, class Conv>
+__device__ __forceinline__ void stage_warp_rows(uint32_t tile_addr, int line0, int lane,
+                                                const float (&acc)[D / 2], Conv conv) {
+  const int x = lane >> 3, rr = lane & 7;
+  const uint32_t line = tile_addr + static_cast<uint32_t>(line0 + 8 * (x & 1) + rr) * 128u;
+  const int flip = (x >> 1) ^ rr;  // chunk of column block j0 + (x >> 1) = (j0 & 7) ^ flip
+#pragma unroll
+  for (int j0 = 0; j0 < D / 8; j0 += 2) {
+    const uint32_t addr = line + (j0 >> 3) * (ROWS * 128) + (((j0 & 7) ^ flip) << 4);
+    hopper::stmatrix_x4(addr, tile::pack2(conv(acc[4 * j0]), conv(acc[4 * j0 + 1]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 2]), conv(acc[4 * j0 + 3]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 4]), conv(acc[4 * j0 + 5]), Tag{}),
+                        tile::pack2(conv(acc[4 * j0 + 6]), conv(acc[4 * j0 + 7]), Tag{}));
+  }
+}
+
+}  // namespace fold::cuda
