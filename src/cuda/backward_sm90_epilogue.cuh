@@ -35,20 +35,7 @@ __device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
   return v;
 }
 
-// 16 bytes to global memory in one store where `pred` holds (a predicated store, no branch; a
-// plain uint4 store came out as four 4-byte stores at D 64 / 128: the compiler split the vector
-// that the shared load's asm returns).
-__device__ __forceinline__ void st_global_16_if(bool pred, void *ptr, uint4 v) {
-  asm volatile(
-      "{\n"
-      "  .reg .pred p;\n"
-      "  setp.ne.b32 p, %0, 0;\n"
-      "  @p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n"
-      "}\n" ::"r"(static_cast<int>(pred)),
-      "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-      : "memory");
-}
-
+using cuda::st_global_16_if;
 using cuda::stage_warp_rows;
 
 // dK's rows (stage_warp_rows): the accumulator times 2^-t and the softmax scale where the group's

@@ -670,15 +670,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 // partial warp block of a packed request, whose rows past the end belong to the next request,
 // takes the 4-byte stores). Its staging tile (the Q tile's size) costs D 96 / 128 a K / V stage
 // (2 instead of 3). kEpiStg2 is kEpiStg with kEpiTma's stage count, to time the two apart.
-// The values stored are the same products either way: the same bits.
-enum Epi { kEpiStg = 0, kEpiTma = 1, kEpiStg2 = 2 };
+// kEpiShf needs no shared memory: a 4 x 4 transpose of packed column pairs across each quad of
+// lanes (which share their rows) gives each lane 8 consecutive columns, stored with one 16-byte
+// store (a quarter of the store instructions, whole 32-byte sectors).
+// The values stored are the same products in every form: the same bits.
+enum Epi { kEpiStg = 0, kEpiTma = 1, kEpiStg2 = 2, kEpiShf = 3 };
 template <int D, int NC, int EPI>
 struct V12Shape {
   static constexpr int kBm = 64 * NC;
   static constexpr int kBn = NC == 3 ? 128 : forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;
   static constexpr int kOBytes = EPI == kEpiTma ? kBm * kDp * 2 : 0;  // the staging tile
-  static constexpr int kOCounted = EPI == kEpiStg ? 0 : kBm * kDp * 2;
+  static constexpr int kOCounted = EPI == kEpiTma || EPI == kEpiStg2 ? kBm * kDp * 2 : 0;
   static constexpr int kBytes3 =
       1024 + kBm * kDp * 2 + kOCounted + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
   static constexpr int kStages = kBytes3 <= 227 * 1024 ? 3 : 2;
@@ -1011,6 +1014,41 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
           staged = true;
         }
       }
+      if constexpr (EPI == kEpiShf) {
+        // Lane t of a quad holds the column pair 2 t of each 8-column group; two butterfly
+        // exchanges (lanes t ^ 2, then t ^ 1, two values each) leave it the 4 pairs of group
+        // 4 c + t, i.e. 16 consecutive bytes. All lanes shuffle; only the stores are predicated
+        // (a row past the request's end belongs to the next request or to no one).
+        const bool hi = (t & 2) != 0, lo = (t & 1) != 0;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int row = q0 + r0 + g + 8 * i;
+          T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
+#pragma unroll
+          for (int c = 0; c < D / 32; ++c) {
+            uint32_t x[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              x[j] = pack2(o[4 * (4 * c + j) + 2 * i] * inv[i],
+                           o[4 * (4 * c + j) + 2 * i + 1] * inv[i], Tag{});
+            uint32_t r0x = __shfl_xor_sync(0xffffffffu, hi ? x[0] : x[2], 2);
+            uint32_t r1x = __shfl_xor_sync(0xffffffffu, hi ? x[1] : x[3], 2);
+            // Selects, not x[hi ? 0 : 2]: a runtime index would put x in local memory.
+            x[0] = hi ? r0x : x[0];
+            x[1] = hi ? r1x : x[1];
+            x[2] = hi ? x[2] : r0x;
+            x[3] = hi ? x[3] : r1x;
+            r0x = __shfl_xor_sync(0xffffffffu, lo ? x[0] : x[1], 1);
+            r1x = __shfl_xor_sync(0xffffffffu, lo ? x[2] : x[3], 1);
+            x[0] = lo ? r0x : x[0];
+            x[1] = lo ? x[1] : r0x;
+            x[2] = lo ? r1x : x[2];
+            x[3] = lo ? x[3] : r1x;
+            st_global_16_if(row < r.len, dst + (4 * c + t) * 8, make_uint4(x[0], x[1], x[2], x[3]));
+          }
+        }
+        staged = true;
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = q0 + r0 + g + 8 * i;
@@ -1185,7 +1223,7 @@ bool out_tma_describable(const fold_attn_problem_t &p, const fold_tensor_t &out)
          (p.cu_seqlens != nullptr || out.batch_stride != 0 || p.batch == 1);
 }
 
-// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "tma", "stg" or "stg2" (Epi); unset =
+// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "tma", "stg", "stg2" or "shf" (Epi); unset =
 // the default, kEpiTma where the head dim has room for its staging tile (D <= 128) and `out`
 // allows it, else kEpiStg. Same bits either way.
 int forward_epi(const fold_attn_problem_t &p, const fold_tensor_t &out) {
@@ -1196,7 +1234,8 @@ int forward_epi(const fold_attn_problem_t &p, const fold_tensor_t &out) {
   if (v == "tma") return tma_ok ? kEpiTma : kEpiStg;
   if (v == "stg") return kEpiStg;
   if (v == "stg2") return p.head_dim <= 128 ? kEpiStg2 : kEpiStg;
-  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected tma, stg or stg2");
+  if (v == "shf") return kEpiShf;
+  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected tma, stg, stg2 or shf");
 }
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
@@ -1227,12 +1266,13 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   check(cudaGetLastError(), "forward kernel launch");
 }
 
-// v1.2 with the epilogue forward_epi picks (D 256: the 4-byte stores only).
+// v1.2 with the epilogue forward_epi picks (D 256: no room for kEpiTma's staging tile).
 template <int D, class Tag, int NC>
 void launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, cudaStream_t stream) {
+  const int epi = forward_epi(p, out);
+  if (epi == kEpiShf) return launch_v12<D, Tag, NC, kEpiShf>(p, q, k, v, out, lse, stream);
   if constexpr (D <= 128) {
-    const int epi = forward_epi(p, out);
     if (epi == kEpiTma) return launch_v12<D, Tag, NC, kEpiTma>(p, q, k, v, out, lse, stream);
     if (epi == kEpiStg2) return launch_v12<D, Tag, NC, kEpiStg2>(p, q, k, v, out, lse, stream);
   }

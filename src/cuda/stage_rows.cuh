@@ -1,12 +1,15 @@
-// A warp's 16 rows of a wgmma accumulator, converted to 16 bits, into a shared tile with
-// stmatrix: the staging step of the epilogues that leave through shared memory (the backward's
-// dK / dV, backward_sm90_epilogue.cuh; the forward's O, which a TMA store then copies out).
+// Epilogue pieces for a warp's 16 rows of a wgmma accumulator: stage_warp_rows converts them to
+// 16 bits into a shared tile with stmatrix, the staging step of the epilogues that leave through
+// shared memory (the backward's dK / dV, backward_sm90_epilogue.cuh; the forward's O, which a
+// TMA store then copies out); st_global_16_if is the 16-byte store of the others.
 //
 // The tile is any region of a kernel's shared memory laid out as a 128B-swizzled TMA load
 // writes a [ROWS][D] tile: (D + 63) / 64 column blocks of ROWS 128-byte lines, 16-byte chunk j
 // of line l at j ^ (l % 8). A warp only touches lines line0 .. line0 + 15 of it, so the warps of
 // a warpgroup need no barrier among them, only __syncwarp.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -35,6 +38,20 @@ __device__ __forceinline__ void stage_warp_rows(uint32_t tile_addr, int line0, i
                         tile::pack2(conv(acc[4 * j0 + 4]), conv(acc[4 * j0 + 5]), Tag{}),
                         tile::pack2(conv(acc[4 * j0 + 6]), conv(acc[4 * j0 + 7]), Tag{}));
   }
+}
+
+// 16 bytes to global memory in one store where `pred` holds (a predicated store, no branch; a
+// plain uint4 store came out as four 4-byte stores at D 64 / 128: the compiler split the vector
+// that the shared load's asm returns).
+__device__ __forceinline__ void st_global_16_if(bool pred, void *ptr, uint4 v) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %0, 0;\n"
+      "  @p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n"
+      "}\n" ::"r"(static_cast<int>(pred)),
+      "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+      : "memory");
 }
 
 }  // namespace fold::cuda

@@ -512,7 +512,8 @@ def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
 def test_forward_epilogue_keeps_bits(dtype, D, monkeypatch):
     """v1.2's epilogue (FOLD_FWD_EPI): "tma" (the default at D <= 128) stages each warp's 16
     rows of O in shared memory and stores them with TMA, "stg" stores from the registers with
-    4-byte stores, "stg2" is "stg" with the TMA form's K / V stage count. Same bits for all,
+    4-byte stores, "stg2" is "stg" with the TMA form's K / V stage count, "shf" transposes the
+    column pairs across each quad of lanes and stores 16 bytes per lane. Same bits for all,
     with 1, 3 and all CTAs (the staging tile reused across a CTA's tiles), dense (lengths whose
     last warp block is partial: the store drops rows past the tensor) and varlen (a packed
     request's partial warp block takes the 4-byte stores: the next request's rows are never
@@ -527,7 +528,8 @@ def test_forward_epilogue_keeps_bits(dtype, D, monkeypatch):
     for causal in (False, True):
         monkeypatch.setenv("FOLD_FWD_EPI", "stg")
         expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
-        for epi, ctas in (("", ""), ("tma", "1"), ("", "3"), ("stg2", ""), ("stg2", "3")):
+        for epi, ctas in (("", ""), ("tma", "1"), ("", "3"), ("stg2", ""), ("stg2", "3"),
+                          ("shf", ""), ("shf", "3")):
             monkeypatch.delenv("FOLD_FWD_EPI", raising=False)
             if epi:
                 monkeypatch.setenv("FOLD_FWD_EPI", epi)
