@@ -663,32 +663,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 // v1.2's tiles: 64 NC query rows (NC consumer warpgroups) by the plan's key block, or by 128 keys
 // with three consumers (their 160 registers hold a 64 x 128 S, not the plan's 64 x 192 at D 64);
 // 3 K / V stages where they fit, else 2.
-// v1.2's epilogue (EPI): kEpiStg stores O from the accumulator registers with 4-byte global
-// stores (32 per thread at D 128, each row's pieces spread over 8 rows); kEpiTma stages the
-// warp's 16 rows of O in shared memory (stmatrix, stage_rows.cuh) and one lane copies them out
-// with a TMA store per 64-column panel, so the consumers issue no global stores for O (a
-// partial warp block of a packed request, whose rows past the end belong to the next request,
-// takes the 4-byte stores). Its staging tile (the Q tile's size) costs D 96 / 128 a K / V stage
-// (2 instead of 3). kEpiStg2 is kEpiStg with kEpiTma's stage count, to time the two apart.
-// kEpiShf needs no shared memory: a 4 x 4 transpose of packed column pairs across each quad of
-// lanes (which share their rows) gives each lane 8 consecutive columns, stored with one 16-byte
-// store (a quarter of the store instructions, whole 32-byte sectors).
-// The values stored are the same products in every form: the same bits.
-enum Epi { kEpiStg = 0, kEpiTma = 1, kEpiStg2 = 2, kEpiShf = 3 };
-template <int D, int NC, int EPI>
+template <int D, int NC>
 struct V12Shape {
   static constexpr int kBm = 64 * NC;
   static constexpr int kBn = NC == 3 ? 128 : forward_plan(D).block_n;
   static constexpr int kDp = (D + 63) / 64 * 64;
-  static constexpr int kOBytes = EPI == kEpiTma ? kBm * kDp * 2 : 0;  // the staging tile
-  static constexpr int kOCounted = EPI == kEpiTma || EPI == kEpiStg2 ? kBm * kDp * 2 : 0;
-  static constexpr int kBytes3 =
-      1024 + kBm * kDp * 2 + kOCounted + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
+  static constexpr int kBytes3 = 1024 + kBm * kDp * 2 + 2 * 3 * kBn * kDp * 2 + 8 * (2 + 4 * 3);
   static constexpr int kStages = kBytes3 <= 227 * 1024 ? 3 : 2;
 };
-template <int D, int NC, int EPI>
-using V12Cfg =
-    CfgT<D, V12Shape<D, NC, EPI>::kStages, V12Shape<D, NC, EPI>::kBm, V12Shape<D, NC, EPI>::kBn>;
+// v1.2's epilogue (EPI): kEpiStg stores O from the accumulator layout with 4-byte global stores
+// (32 per thread at D 128, each warp instruction touching 8 rows with 16 bytes each); kEpiShf
+// first transposes the packed column pairs across each quad of lanes (which share their two
+// rows) with two butterfly shuffles, so each lane holds 8 consecutive columns and stores them
+// with one 16-byte store: a quarter of the store instructions, whole 32-byte sectors, and no
+// shared memory (session 26, forward protocol A/B, graphed, L2 flushed: +3-10% at D 128, +1-2%
+// at (8, 2048, 32/32, 64); O staged in shared memory for TMA stores measured slower:
+// notes/training_kernels.md "Session 26"). The values stored are the same products either way:
+// the same bits.
+enum Epi { kEpiStg = 0, kEpiShf = 1 };
+template <int D, int NC>
+using V12Cfg = CfgT<D, V12Shape<D, NC>::kStages, V12Shape<D, NC>::kBm, V12Shape<D, NC>::kBn>;
 // Consumer registers: 128 x 24 + 256 x 240 = 64512 (two consumers), 128 x 24 + 384 x 160 = 64512
 // (three) <= 65536.
 template <int NC>
@@ -700,11 +694,10 @@ template <int D, class Tag, int NC, int EPI>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v,
-                       const __grid_constant__ CUtensorMap tm_o, const CoordMuls muls,
+                       const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
                        const TileOrder order, const int trim) {
-  using C = V12Cfg<D, NC, EPI>;
+  using C = V12Cfg<D, NC>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
   constexpr int kBm = C::kBm, kBn = C::kBn, kDp = C::kDp, kStages = C::kStages;
@@ -714,8 +707,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   unsigned char *q_s = smem;
   unsigned char *k_s = q_s + C::kQBytes;             // stage s at k_s + s kKvBytes
   unsigned char *v_s = k_s + kStages * C::kKvBytes;  // stage s at v_s + s kKvBytes
-  unsigned char *o_s = v_s + kStages * C::kKvBytes;  // kEpiTma's staging tile (1024-aligned)
-  auto *bars = reinterpret_cast<uint64_t *>(o_s + V12Shape<D, NC, EPI>::kOBytes);
+  auto *bars = reinterpret_cast<uint64_t *>(v_s + kStages * C::kKvBytes);
   uint64_t *q_full = bars;
   uint64_t *k_full = bars + 1;
   uint64_t *v_full = k_full + kStages;
@@ -773,7 +765,6 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       hw::tma_prefetch_descriptor(&tm_q);
       hw::tma_prefetch_descriptor(&tm_k);
       hw::tma_prefetch_descriptor(&tm_v);
-      if constexpr (EPI == kEpiTma) hw::tma_prefetch_descriptor(&tm_o);
       uint32_t it = 0;     // key blocks loaded so far (K/V stage and parity, CTA-wide)
       uint32_t tiles = 0;  // tiles done so far (Q parity)
       for (uint32_t k = 0; k < rounds; ++k) {
@@ -989,31 +980,6 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
       }
       const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-      bool staged = false;
-      if constexpr (EPI == kEpiTma) {
-        // Through shared memory where the warp's 16 rows may all be written: a dense request's
-        // rows past its end lie past the tensor's (the store drops them), a packed one's
-        // belong to the next request unless the block is whole. Warp-uniform.
-        if (dense || q0 + r0 + 16 <= r.len) {
-#pragma unroll
-          for (int i = 0; i < kDp / 2; ++i)
-            o[i] *= inv[(i >> 1) & 1];  // the 4-byte path's products
-          // The warp's rows of the staging tile are free once its previous store has read them.
-          if (lane == 0) hw::bulk_wait_read<0>();
-          __syncwarp();
-          stage_warp_rows<kDp, kBm, Tag>(hw::smem_u32(o_s), r0, lane, o, [](float a) { return a; });
-          hw::fence_proxy_async();  // each writer's stmatrix, then the issuing lane
-          __syncwarp();
-          if (lane == 0) {
-#pragma unroll
-            for (int pn = 0; pn < C::kPanels; ++pn)
-              hw::tma_store_4d(&tm_o, o_s + pn * C::kQPanel + r0 * 128, pn * 64, tl.h,
-                               tl.row_base + q0 + r0, tl.batch);
-            hw::bulk_commit();
-          }
-          staged = true;
-        }
-      }
       if constexpr (EPI == kEpiShf) {
         // Lane t of a quad holds the column pair 2 t of each 8-column group; two butterfly
         // exchanges (lanes t ^ 2, then t ^ 1, two values each) leave it the 4 pairs of group
@@ -1047,13 +1013,12 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
             st_global_16_if(row < r.len, dst + (4 * c + t) * 8, make_uint4(x[0], x[1], x[2], x[3]));
           }
         }
-        staged = true;
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int row = q0 + r0 + g + 8 * i;
         if (row >= r.len) continue;
-        if (!staged) {
+        if constexpr (EPI == kEpiStg) {
           T *dst = static_cast<T *>(out.data) + element_offset(p, out, tl.b, r, row, tl.h);
 #pragma unroll
           for (int nt = 0; nt < D / 8; ++nt)
@@ -1084,9 +1049,6 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     it += static_cast<uint32_t>(tl.n_kblocks);
     ++tiles;
   }
-  // The staging tile must outlive the warp's last store's reads.
-  if constexpr (EPI == kEpiTma)
-    if (lane == 0) hw::bulk_wait<0>();
 }
 
 void check(cudaError_t err, const char *what) {
@@ -1215,27 +1177,15 @@ QkvMaps make_qkv_maps(const fold_attn_problem_t &p, const fold_tensor_t &q, cons
   return m;
 }
 
-// Whether v1.2's TMA epilogue can store into `out`: a view TMA describes whose head (and, dense,
-// batch) dimensions are not broadcast (the kernel stores at coordinates h and b). A layout
-// property alone, never one of the batch's lengths.
-bool out_tma_describable(const fold_attn_problem_t &p, const fold_tensor_t &out) {
-  return tma_describable(p, out) && (out.head_stride != 0 || p.n_heads == 1) &&
-         (p.cu_seqlens != nullptr || out.batch_stride != 0 || p.batch == 1);
-}
-
-// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "tma", "stg", "stg2" or "shf" (Epi); unset =
-// the default, kEpiTma where the head dim has room for its staging tile (D <= 128) and `out`
-// allows it, else kEpiStg. Same bits either way.
-int forward_epi(const fold_attn_problem_t &p, const fold_tensor_t &out) {
-  const bool tma_ok = p.head_dim <= 128 && out_tma_describable(p, out);
+// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "shf" (the default) or "stg" (Epi), for
+// A/B runs. Same bits either way.
+int forward_epi() {
   const char *env = std::getenv("FOLD_FWD_EPI");
-  if (env == nullptr || env[0] == '\0') return tma_ok ? kEpiTma : kEpiStg;
+  if (env == nullptr || env[0] == '\0') return kEpiShf;
   const std::string v(env);
-  if (v == "tma") return tma_ok ? kEpiTma : kEpiStg;
-  if (v == "stg") return kEpiStg;
-  if (v == "stg2") return p.head_dim <= 128 ? kEpiStg2 : kEpiStg;
   if (v == "shf") return kEpiShf;
-  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected tma, stg, stg2 or shf");
+  if (v == "stg") return kEpiStg;
+  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected shf or stg");
 }
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
@@ -1243,16 +1193,12 @@ int forward_epi(const fold_attn_problem_t &p, const fold_tensor_t &out) {
 template <int D, class Tag, int NC, int EPI>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, cudaStream_t stream) {
-  using C = V12Cfg<D, NC, EPI>;
-  // + the Q empty barrier and the staging tile
-  constexpr int kSmem = C::kSmemBytes + 8 + V12Shape<D, NC, EPI>::kOBytes;
+  using C = V12Cfg<D, NC>;
+  constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
   auto kernel = forward_v12_kernel<D, Tag, NC, EPI>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
-  // The store map: 16-row boxes (one warp's rows). Unused (and not encoded) by the 4-byte path.
-  CUtensorMap mo{};
-  if constexpr (EPI == kEpiTma) mo = make_view_map(p, out, p.n_heads, 16).map;
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
   const int64_t all = q_blocks * p.n_heads * p.batch;
   if (all > 0x7fffffff)
@@ -1261,21 +1207,17 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t cap = persistent_ctas_cap();
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
-      p, m.q.map, m.k.map, m.v.map, mo, m.muls, out, lse, static_cast<uint32_t>(all), order,
+      p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, static_cast<uint32_t>(all), order,
       forward_trim() ? 1 : 0);
   check(cudaGetLastError(), "forward kernel launch");
 }
 
-// v1.2 with the epilogue forward_epi picks (D 256: no room for kEpiTma's staging tile).
+// v1.2 with the epilogue forward_epi picks.
 template <int D, class Tag, int NC>
 void launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, cudaStream_t stream) {
-  const int epi = forward_epi(p, out);
-  if (epi == kEpiShf) return launch_v12<D, Tag, NC, kEpiShf>(p, q, k, v, out, lse, stream);
-  if constexpr (D <= 128) {
-    if (epi == kEpiTma) return launch_v12<D, Tag, NC, kEpiTma>(p, q, k, v, out, lse, stream);
-    if (epi == kEpiStg2) return launch_v12<D, Tag, NC, kEpiStg2>(p, q, k, v, out, lse, stream);
-  }
+  if (forward_epi() == kEpiShf)
+    return launch_v12<D, Tag, NC, kEpiShf>(p, q, k, v, out, lse, stream);
   launch_v12<D, Tag, NC, kEpiStg>(p, q, k, v, out, lse, stream);
 }
 

@@ -1,7 +1,7 @@
 // Epilogue pieces for a warp's 16 rows of a wgmma accumulator: stage_warp_rows converts them to
-// 16 bits into a shared tile with stmatrix, the staging step of the epilogues that leave through
-// shared memory (the backward's dK / dV, backward_sm90_epilogue.cuh; the forward's O, which a
-// TMA store then copies out); st_global_16_if is the 16-byte store of the others.
+// 16 bits into a shared tile with stmatrix, the staging step of an epilogue that leaves through
+// shared memory (the backward's dK / dV, backward_sm90_epilogue.cuh); st_global_16_if is a
+// predicated 16-byte store (the backward's copy-out, the forward's O after its quad transpose).
 //
 // The tile is any region of a kernel's shared memory laid out as a 128B-swizzled TMA load
 // writes a [ROWS][D] tile: (D + 63) / 64 column blocks of ROWS 128-byte lines, 16-byte chunk j

@@ -10,10 +10,9 @@
 // address here. Shared destinations must be 128-byte aligned, 1024-byte aligned for the
 // 128B swizzle (the swizzle pattern is computed from address bits [4, 10)).
 //
-// Tensor stores and reduces (cp.async.bulk.tensor / cp.reduce.async.bulk.tensor): the reverse
-// direction, a shared tile copied into the box of a tensor map (e.g. the forward's output), or
-// added into it element-wise, atomically per element (relaxed, gpu scope; e.g. an int32 tile of
-// dQ partials into the integer dQ grid). Completion is tracked by bulk
+// Tensor reduce (cp.reduce.async.bulk.tensor): the reverse direction, a shared tile added
+// into the box of a tensor map element-wise, atomically per element (relaxed, gpu scope),
+// e.g. an int32 tile of dQ partials into the integer dQ grid. Completion is tracked by bulk
 // async-groups of the issuing thread: commit, then wait_read (the shared source may be
 // overwritten) or wait (writes done). Generic-proxy writes to the shared source must be
 // made visible to the async proxy first (fence_proxy_async, executed by the writing
@@ -81,18 +80,6 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap *map, const 
       "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
       " [%0, {%2, %3, %4}], [%1];\n" ::"l"(tmap_addr(map)),
       "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-// Tensor store (cp.async.bulk.tensor, tile mode): the shared tile at src (laid out as a tensor
-// load would write it, swizzle included) into the box at coordinates (c0, c1, c2, c3) of `map`;
-// elements outside the tensor are not written. One thread issues it; completion by bulk
-// async-groups as above.
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void *src, int32_t c0,
-                                             int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
-      " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(tmap_addr(map)),
-      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
