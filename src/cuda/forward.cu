@@ -363,6 +363,19 @@ struct V11Stages {
   static constexpr int value = kBytes3 <= 227 * 1024 ? 3 : 2;
 };
 
+// The maximum of v[0 .. N - 1], pairwise (levels of compile-time width, so v stays in
+// registers); v is overwritten.
+template <int N, int M>
+__device__ __forceinline__ float tree_max(float (&v)[M]) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) v[j] = fmaxf(v[j], v[N - 1 - j]);
+    return tree_max<(N + 1) / 2>(v);
+  }
+}
+
 // Online softmax of one key block (the arithmetic of v1, O's rescale left to the caller):
 // mask where needed, raw-score row maxima, new running max, alpha, l rescaled, and P (fp32,
 // unrounded) written over the scores with its row sums added to l.
@@ -371,7 +384,6 @@ __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2
                                               float (&alpha)[2], int k0, int len, bool causal,
                                               int q_row0, int g, int t, float scale_log2) {
   const float neg_inf = -__int_as_float(0x7f800000);
-  float row_max[2] = {neg_inf, neg_inf};
   const bool need_mask = k0 + kBn > len || (causal && k0 + kBn - 1 > q_row0);
   if (need_mask) {
     const int key_limit = min(len - k0, kBn);
@@ -382,11 +394,23 @@ __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2
       const int key = (i >> 2) * 8 + 2 * t + (i & 1);
       const bool masked = key >= key_limit || (causal && key > diag + row);
       if (masked) sc[i] = neg_inf;
-      row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
     }
-  } else {
+  }
+  // Row maxima as a tree (depth log2(kBn / 4) instead of a chain of kBn / 4 dependent maxima):
+  // fmaxf ignores NaN and the hardware orders -0 below +0, so the maximum does not depend on the
+  // order it is taken in: the result is the chain's.
+  // Row r's values are sc[4 q + 2 r + e].
+  float row_max[2];
 #pragma unroll
-    for (int i = 0; i < kBn / 2; ++i) row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
+  for (int r = 0; r < 2; ++r) {
+    float v[kBn / 4];
+#pragma unroll
+    for (int q = 0; q < kBn / 8; ++q) {
+      v[2 * q] = sc[4 * q + 2 * r];
+      v[2 * q + 1] = sc[4 * q + 2 * r + 1];
+    }
+    row_max[r] =
+        fmaxf(tree_max<kBn / 4>(v), neg_inf);  // as the chain from -inf: -inf, not NaN, for all-NaN
   }
   float m_use[2];
 #pragma unroll
