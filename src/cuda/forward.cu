@@ -379,38 +379,55 @@ __device__ __forceinline__ float tree_max(float (&v)[M]) {
 // Online softmax of one key block (the arithmetic of v1, O's rescale left to the caller):
 // mask where needed, raw-score row maxima, new running max, alpha, l rescaled, and P (fp32,
 // unrounded) written over the scores with its row sums added to l.
-template <int kBn>
+template <int kBn, bool kTreeMax = true>
 __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2], float (&l)[2],
                                               float (&alpha)[2], int k0, int len, bool causal,
                                               int q_row0, int g, int t, float scale_log2) {
   const float neg_inf = -__int_as_float(0x7f800000);
   const bool need_mask = k0 + kBn > len || (causal && k0 + kBn - 1 > q_row0);
-  if (need_mask) {
+  float row_max[2] = {neg_inf, neg_inf};
+  if constexpr (kTreeMax) {
+    if (need_mask) {
+      const int key_limit = min(len - k0, kBn);
+      const int diag = q_row0 - k0;  // key (block-relative) <= diag + row
+#pragma unroll
+      for (int i = 0; i < kBn / 2; ++i) {
+        const int row = g + ((i >> 1) & 1) * 8;
+        const int key = (i >> 2) * 8 + 2 * t + (i & 1);
+        const bool masked = key >= key_limit || (causal && key > diag + row);
+        if (masked) sc[i] = neg_inf;
+      }
+    }
+    // Row maxima as a tree (depth log2(kBn / 4) instead of a chain of kBn / 4 dependent
+    // maxima): fmaxf ignores NaN and the hardware orders -0 below +0, so the maximum does not
+    // depend on the order it is taken in: the result is the chain's (the final fmaxf with -inf
+    // keeps the chain's -inf, not NaN, for a row of NaN). Row r's values are sc[4 q + 2 r + e].
+    // Session 26: +0.4-2.9% at D 128 (forward protocol, two runs each); at D 64 with three
+    // consumers (160 registers) 0.2-1.3% slower, so they keep the chain.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float v[kBn / 4];
+#pragma unroll
+      for (int q = 0; q < kBn / 8; ++q) {
+        v[2 * q] = sc[4 * q + 2 * r];
+        v[2 * q + 1] = sc[4 * q + 2 * r + 1];
+      }
+      row_max[r] = fmaxf(tree_max<kBn / 4>(v), neg_inf);
+    }
+  } else if (need_mask) {
     const int key_limit = min(len - k0, kBn);
-    const int diag = q_row0 - k0;  // key (block-relative) <= diag + row
+    const int diag = q_row0 - k0;
 #pragma unroll
     for (int i = 0; i < kBn / 2; ++i) {
       const int row = g + ((i >> 1) & 1) * 8;
       const int key = (i >> 2) * 8 + 2 * t + (i & 1);
       const bool masked = key >= key_limit || (causal && key > diag + row);
       if (masked) sc[i] = neg_inf;
+      row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
     }
-  }
-  // Row maxima as a tree (depth log2(kBn / 4) instead of a chain of kBn / 4 dependent maxima):
-  // fmaxf ignores NaN and the hardware orders -0 below +0, so the maximum does not depend on the
-  // order it is taken in: the result is the chain's.
-  // Row r's values are sc[4 q + 2 r + e].
-  float row_max[2];
+  } else {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float v[kBn / 4];
-#pragma unroll
-    for (int q = 0; q < kBn / 8; ++q) {
-      v[2 * q] = sc[4 * q + 2 * r];
-      v[2 * q + 1] = sc[4 * q + 2 * r + 1];
-    }
-    row_max[r] =
-        fmaxf(tree_max<kBn / 4>(v), neg_inf);  // as the chain from -inf: -inf, not NaN, for all-NaN
+    for (int i = 0; i < kBn / 2; ++i) row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
   }
   float m_use[2];
 #pragma unroll
@@ -935,7 +952,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       if (n_kblocks == 1) release(q_empty);
     }
     if constexpr (kForm != kIdle) {
-      softmax_block<kBn>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
+      softmax_block<kBn, NC == 2>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
 #pragma unroll
       for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
       pack_p();
@@ -962,7 +979,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       release(&k_empty[s]);
       if (j == n_kblocks - 1) release(q_empty);  // the tile's last S: Q is free
       if constexpr (kForm != kIdle) {
-        softmax_block<kBn>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t, scale_log2);
+        softmax_block<kBn, NC == 2>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t,
+                                    scale_log2);
         hw::wait<0>();
         hw::fence_operands(o);
         fence_pa();
