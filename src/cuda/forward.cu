@@ -36,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -1174,19 +1175,30 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
                    static_cast<uint32_t>(q_blocks), static_cast<uint32_t>(chunk * group)};
 }
 
+// A setting read from the environment at every call (for A/B runs): the index of its value in
+// `values`, `fallback` when unset or empty; any other value is refused, naming the variable.
+int env_choice(const char *name, std::initializer_list<const char *> values, int fallback) {
+  const char *env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return fallback;
+  const std::string v(env);
+  std::string expected;
+  int i = 0;
+  for (const char *value : values) {
+    if (v == value) return i;
+    expected +=
+        std::string(i == 0 ? "" : (i + 1 == static_cast<int>(values.size()) ? " or " : ", ")) +
+        value;
+    ++i;
+  }
+  fail(FOLD_ERR_INVALID_ARGUMENT, std::string(name) + "=" + v + ": expected " + expected);
+}
+
 // v1.2's trimmed tiles (the kernel's kHalf and kIdle forms), on by default (session 25, forward
 // protocol A/B, graphed, L2 flushed: +1-2% on the D 64 causal shapes, whose 192-row tiles leave
 // a consumer idle in a request's last tile and a half-empty diagonal block in every other tile;
 // the bits are the same: notes/training_kernels.md "Session 25"). FOLD_FWD_TRIM=0 (read at every
 // call) turns them off, for A/B runs.
-bool forward_trim() {
-  const char *env = std::getenv("FOLD_FWD_TRIM");
-  if (env == nullptr || env[0] == '\0') return true;
-  const std::string v(env);
-  if (v == "0") return false;
-  if (v == "1") return true;
-  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_TRIM=" + v + ": expected 0 or 1");
-}
+bool forward_trim() { return env_choice("FOLD_FWD_TRIM", {"0", "1"}, 1) == 1; }
 
 // v1.2's CTA count: FOLD_FWD_CTAS (read at every call, a positive integer) caps it, so that
 // the tests can make a few CTAs walk many tiles (the cross-tile pipeline state); unset = the
@@ -1219,16 +1231,8 @@ QkvMaps make_qkv_maps(const fold_attn_problem_t &p, const fold_tensor_t &q, cons
   return m;
 }
 
-// v1.2's epilogue: FOLD_FWD_EPI (read at every call) "shf" (the default) or "stg" (Epi), for
-// A/B runs. Same bits either way.
-int forward_epi() {
-  const char *env = std::getenv("FOLD_FWD_EPI");
-  if (env == nullptr || env[0] == '\0') return kEpiShf;
-  const std::string v(env);
-  if (v == "shf") return kEpiShf;
-  if (v == "stg") return kEpiStg;
-  fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_FWD_EPI=" + v + ": expected shf or stg");
-}
+// v1.2's epilogue: FOLD_FWD_EPI "shf" (the default) or "stg" (Epi). Same bits either way.
+int forward_epi() { return env_choice("FOLD_FWD_EPI", {"stg", "shf"}, kEpiShf); }
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg).

@@ -473,6 +473,34 @@ def test_forward_variants_agree_bitwise(dtype, D, monkeypatch):
                 _assert_bits(a_lse, b_lse, f"{variant} vs {base} {kind} lse (causal={causal})")
 
 
+def _setting_keeps_bits(monkeypatch, name, base, runs, lengths, dense_len, dtype, D, seed, bad):
+    """The forward with FOLD setting `name` = `base` against each (value, CTAs) of `runs` ("" =
+    unset / all CTAs): the same bits, varlen over `lengths` and dense (2, dense_len), causal or
+    not, with NaN left in the outputs' memory beforehand; `bad` refused naming the setting."""
+    H, Hkv, T = 6, 2, sum(lengths)
+    q, k, v = (_randn((T, h, D), dtype, seed + i) for i, h in enumerate((H, Hkv, Hkv)))
+    cu = _cu(lengths)
+    dense = [_randn((2, dense_len, h, D), dtype, seed + 10 + i) for i, h in enumerate((H, Hkv, Hkv))]
+    for causal in (False, True):
+        monkeypatch.setenv(name, base)
+        expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
+        for value, ctas in runs:
+            monkeypatch.delenv(name, raising=False)
+            if value:
+                monkeypatch.setenv(name, value)
+            if ctas:
+                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
+            got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
+            monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
+            for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
+                what = f"{name} {value or 'default'}, {ctas or 'all'} CTAs, {kind} (causal={causal})"
+                _assert_bits(a_out, b_out, f"{what} out")
+                _assert_bits(a_lse, b_lse, f"{what} lse")
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=name):
+        _fwd(*dense, False)
+
+
 @pytest.mark.parametrize("D", DIMS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
@@ -482,29 +510,10 @@ def test_forward_trim_keeps_bits(dtype, D, monkeypatch):
     zeros). Same bits as without (default and =1), with 1, 3 and all CTAs, dense and varlen,
     causal or not, lengths around the tiles (64 / 128 / 192 rows and 128 / 192 keys) and an
     empty request; a bad value is refused with a message naming it."""
-    lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127], 6, 2
-    T = sum(lengths)
-    q, k, v = (_randn((T, h, D), dtype, 260 + i) for i, h in enumerate((H, Hkv, Hkv)))
-    cu = _cu(lengths)
-    dense = [_randn((2, 320, h, D), dtype, 270 + i) for i, h in enumerate((H, Hkv, Hkv))]
-    for causal in (False, True):
-        monkeypatch.setenv("FOLD_FWD_TRIM", "0")
-        expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
-        for trim, ctas in (("", ""), ("1", ""), ("", "1"), ("1", "3")):
-            monkeypatch.delenv("FOLD_FWD_TRIM", raising=False)
-            if trim:
-                monkeypatch.setenv("FOLD_FWD_TRIM", trim)
-            if ctas:
-                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
-            got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
-            monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
-            for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
-                what = f"trim {trim or 'default'}, {ctas or 'all'} CTAs, {kind} (causal={causal})"
-                _assert_bits(a_out, b_out, f"{what} out")
-                _assert_bits(a_lse, b_lse, f"{what} lse")
-    monkeypatch.setenv("FOLD_FWD_TRIM", "2")
-    with pytest.raises(ValueError, match="FOLD_FWD_TRIM"):
-        _fwd(*dense, False)
+    _setting_keeps_bits(monkeypatch, "FOLD_FWD_TRIM", "0",
+                        (("", ""), ("1", ""), ("", "1"), ("1", "3")),
+                        [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127], 320, dtype, D, 260,
+                        "2")
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -516,29 +525,9 @@ def test_forward_epilogue_keeps_bits(dtype, D, monkeypatch):
     in its last tile) and varlen (a last tile's rows past the end belong to the next request:
     never written by this one), causal or not, with NaN left in the outputs' memory beforehand;
     a bad value is refused with a message naming it."""
-    lengths, H, Hkv = [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127, 16, 17], 6, 2
-    T = sum(lengths)
-    q, k, v = (_randn((T, h, D), dtype, 280 + i) for i, h in enumerate((H, Hkv, Hkv)))
-    cu = _cu(lengths)
-    dense = [_randn((2, 203, h, D), dtype, 290 + i) for i, h in enumerate((H, Hkv, Hkv))]
-    for causal in (False, True):
-        monkeypatch.setenv("FOLD_FWD_EPI", "stg")
-        expect = (_fwd(q, k, v, causal, cu), _fwd(*dense, causal))
-        for epi, ctas in (("", ""), ("shf", "1"), ("", "3")):
-            monkeypatch.delenv("FOLD_FWD_EPI", raising=False)
-            if epi:
-                monkeypatch.setenv("FOLD_FWD_EPI", epi)
-            if ctas:
-                monkeypatch.setenv("FOLD_FWD_CTAS", ctas)
-            got = (_fwd_on_poison(q, k, v, causal, cu), _fwd_on_poison(*dense, causal))
-            monkeypatch.delenv("FOLD_FWD_CTAS", raising=False)
-            for (a_out, a_lse), (b_out, b_lse), kind in zip(expect, got, ("varlen", "dense")):
-                what = f"epilogue {epi or 'default'}, {ctas or 'all'} CTAs, {kind} (causal={causal})"
-                _assert_bits(a_out, b_out, f"{what} out")
-                _assert_bits(a_lse, b_lse, f"{what} lse")
-    monkeypatch.setenv("FOLD_FWD_EPI", "smem")
-    with pytest.raises(ValueError, match="FOLD_FWD_EPI"):
-        _fwd(*dense, False)
+    _setting_keeps_bits(monkeypatch, "FOLD_FWD_EPI", "stg", (("", ""), ("shf", "1"), ("", "3")),
+                        [700, 1, 130, 257, 0, 513, 64, 65, 191, 193, 320, 127, 16, 17], 203, dtype,
+                        D, 280, "smem")
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
