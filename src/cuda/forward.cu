@@ -1156,9 +1156,11 @@ TileOrder tile_order(const fold_attn_problem_t &p, int64_t q_blocks) {
   const bool causal_mha =
       p.causal && p.cu_seqlens == nullptr && group == 1 &&
       ((p.head_dim == 128 && q_blocks >= 16) || (p.head_dim == 64 && p.seqlen >= 2048));
-  // At D 128 chunks of 4 heads (session 27: protocol A/B, graphed, L2 flushed, at (8, 2048,
-  // 16/16, 128) causal against half a wave: see notes/training_kernels.md "Session 27"): the
-  // persistent CTAs' window of tiles then spans ~8 heads' K / V (8 MB) instead of up to 66.
+  // At D 128 chunks of 4 heads (session 27, two protocol A/B runs, graphed, L2 flushed: 1.089 /
+  // 1.092 over half a wave at (8, 2048, 16/16, 128) causal; notes/training_kernels.md "Session
+  // 27"): the CTAs' window of tiles spans a few heads' K / V, and the chunks' 64 tiles stay clear
+  // of v1.2's static rounds of 132 CTAs. Not 8: 128 tiles per chunk, a hair under one round, put
+  // each CTA on the same rank of every chunk's longest-first list (0.80, a cliff).
   constexpr int64_t kCausalMhaD128Heads = 4;
   int64_t target = uniform      ? (2 * sm_count() + q_blocks - 1) / std::max<int64_t>(q_blocks, 1)
                    : causal_mha ? (p.head_dim == 128 ? kCausalMhaD128Heads
