@@ -1136,9 +1136,10 @@ Variant forward_variant() {
 // (two-wave chunks measured 4-28% slower there), except dense causal MHA at D 128 and D 64 (below):
 // there each head has its own K / V and one chunk of every pair runs up to one head per resident
 // CTA, each query block re-reading its head's K / V from DRAM (ncu at (8, 2048, 16/16, 128): DRAM
-// 69%, L2 hits 33%), so chunks of about half a wave of pairs (two query blocks of each head in
-// flight): +12.8% there (session 21, protocol A/B, graphed, L2 flushed: 419.5 -> 473.1 TFLOP/s),
-// while GQA shapes lost up to 16% (their groups already share K / V). FOLD_FWD_HB_CHUNK=n (read at
+// 69%, L2 hits 33%), so smaller chunks: half a wave of pairs (two query blocks of each head in
+// flight) measured +12.8% there (session 21, protocol A/B, graphed, L2 flushed: 419.5 -> 473.1
+// TFLOP/s), and at D 128 chunks of 4 heads a further +9% (session 27, below), while GQA shapes
+// lost up to 16% (their groups already share K / V). FOLD_FWD_HB_CHUNK=n (read at
 // every call) sets the target number of (request, head) pairs per chunk instead (for sweeps; 0 =
 // one chunk). In units of one KV head's G query heads, so that a chunk never splits a group (its K
 // / V would be read again by the next chunk); balanced, only the last chunk may be short.
