@@ -125,6 +125,15 @@ FOLD_API fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fo
 FOLD_API fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
                                      fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
 
+/* fold_fwd_cuda (the same out and lse, bit for bit) that also writes kv_bounds, float32
+ * [batch, n_kv_heads, FOLD_BWD_BOUNDS]: max|K| and max|V| of each (request, KV head) in the
+ * slots FOLD_BOUND_MAX_ABS_K / _V, exactly as fold_bwd_preprocess_cuda computes them, and 0 in
+ * the other slots. For a training step: handed to fold_bwd_cuda_kv_bounds with the same k and
+ * v, they spare the backward its own read of K and V. */
+FOLD_API fold_status_t fold_fwd_cuda_kv_bounds(const fold_attn_problem_t *p, fold_tensor_t q,
+                                               fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
+                                               float *lse, float *kv_bounds, void *stream);
+
 /* Bytes of device workspace fold_bwd_cuda needs for problem p: Delta [n_heads, total_tokens]
  * float32, bounds [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32 and the int32 dQ grid
  * [total_tokens, n_heads, head_dim]. 0 when p is NULL. */
@@ -139,6 +148,17 @@ FOLD_API fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t
                                      const float *lse, fold_tensor_t dq, fold_tensor_t dk,
                                      fold_tensor_t dv, void *workspace, size_t workspace_bytes,
                                      void *stream);
+
+/* fold_bwd_cuda, given the kv_bounds fold_fwd_cuda_kv_bounds wrote for the same problem, k and
+ * v (unchanged since): the same gradients bit for bit, without the preprocess's read of K and
+ * V. kv_bounds NULL: exactly fold_bwd_cuda. Bounds of other tensors break the grid's overflow
+ * guarantee (ALGORITHMS.md section 5): the caller owns that pairing. */
+FOLD_API fold_status_t fold_bwd_cuda_kv_bounds(const fold_attn_problem_t *p, fold_tensor_t q,
+                                               fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
+                                               fold_tensor_t dout, const float *lse,
+                                               fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv,
+                                               const float *kv_bounds, void *workspace,
+                                               size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -165,6 +165,19 @@ _SIGNATURES = {
             ctypes.c_void_p,  # cudaStream_t
         ],
     ),
+    "fold_fwd_cuda_kv_bounds": (
+        ctypes.c_int,
+        [
+            _P_PROBLEM,
+            FoldTensor,  # q
+            FoldTensor,  # k
+            FoldTensor,  # v
+            FoldTensor,  # out
+            _P_FLOAT,  # lse
+            _P_FLOAT,  # kv_bounds
+            ctypes.c_void_p,  # cudaStream_t
+        ],
+    ),
     "fold_bwd_cuda_workspace_size": (ctypes.c_size_t, [_P_PROBLEM]),
     "fold_bwd_cuda": (
         ctypes.c_int,
@@ -179,6 +192,25 @@ _SIGNATURES = {
             FoldTensor,  # dq
             FoldTensor,  # dk
             FoldTensor,  # dv
+            ctypes.c_void_p,  # workspace
+            ctypes.c_size_t,  # workspace_bytes
+            ctypes.c_void_p,  # cudaStream_t
+        ],
+    ),
+    "fold_bwd_cuda_kv_bounds": (
+        ctypes.c_int,
+        [
+            _P_PROBLEM,
+            FoldTensor,  # q
+            FoldTensor,  # k
+            FoldTensor,  # v
+            FoldTensor,  # out
+            FoldTensor,  # dout
+            _P_FLOAT,  # lse
+            FoldTensor,  # dq
+            FoldTensor,  # dk
+            FoldTensor,  # dv
+            _P_FLOAT,  # kv_bounds (NULL: none)
             ctypes.c_void_p,  # workspace
             ctypes.c_size_t,  # workspace_bytes
             ctypes.c_void_p,  # cudaStream_t

@@ -8,6 +8,8 @@ is not differentiable: gradients flow through `out` only.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import _lib
@@ -59,25 +61,43 @@ def _stream(device: torch.device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _forward(spec: AttnSpec, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
-    """out (q's shape and dtype, contiguous) and lse float32 (n_heads, total_tokens)."""
+# FOLD_BOUND_MAX_ABS_K / _V of fold_attention.h: the slots of the bounds the forward can take.
+BWD_BOUNDS = 4
+
+
+def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False):
+    """out (q's shape and dtype, contiguous), lse float32 (n_heads, total_tokens) and, with
+    kv_bounds (CUDA only), the K / V bounds float32 (batch, n_kv_heads, 4) for the backward
+    (fold_fwd_cuda_kv_bounds); else None."""
     out = torch.empty(q.shape, dtype=spec.dtype, device=spec.device)
     lse = torch.empty((spec.n_heads, spec.total_tokens), dtype=torch.float32, device=spec.device)
+    bounds = None
+    if kv_bounds:
+        # (The library writes every entry, zeros included.)
+        bounds = torch.empty((spec.batch, spec.n_kv_heads, BWD_BOUNDS), dtype=torch.float32,
+                             device=spec.device)
     if spec.total_tokens == 0:
-        return out, lse
+        return out, lse, bounds
     lib = _lib.library()
     args = [fold_tensor(x, spec.varlen) for x in (q, k, v, out)] + [float_ptr(lse)]
     if spec.device.type == "cuda":
         problem = make_problem(spec, host=False)
         with torch.cuda.device(spec.device):
-            status = lib.fold_fwd_cuda(problem, *args, _stream(spec.device))
-        _lib.check(status, "fold_fwd_cuda")
+            if bounds is not None:
+                status = lib.fold_fwd_cuda_kv_bounds(problem, *args, float_ptr(bounds),
+                                                     _stream(spec.device))
+                _lib.check(status, "fold_fwd_cuda_kv_bounds")
+            else:
+                status = lib.fold_fwd_cuda(problem, *args, _stream(spec.device))
+                _lib.check(status, "fold_fwd_cuda")
     else:
+        if bounds is not None:
+            raise ValueError("kv_bounds: the forward takes the K / V bounds on CUDA only")
         _lib.check(lib.fold_fwd_cpu(make_problem(spec, host=True), *args), "fold_fwd_cpu")
-    return out, lse
+    return out, lse, bounds
 
 
-def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
+def _backward(spec: AttnSpec, q, k, v, out, dout, lse, kv_bounds=None):
     dq = torch.empty(q.shape, dtype=spec.dtype, device=spec.device)
     dk = torch.empty(k.shape, dtype=spec.dtype, device=spec.device)
     dv = torch.empty(v.shape, dtype=spec.dtype, device=spec.device)
@@ -94,9 +114,15 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse):
         size = int(lib.fold_bwd_cuda_workspace_size(problem))
         workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=spec.device)
         with torch.cuda.device(spec.device):
-            status = lib.fold_bwd_cuda(problem, *args, workspace.data_ptr(), size,
-                                       _stream(spec.device))
-        _lib.check(status, "fold_bwd_cuda")
+            if kv_bounds is not None:
+                status = lib.fold_bwd_cuda_kv_bounds(problem, *args, float_ptr(kv_bounds),
+                                                     workspace.data_ptr(), size,
+                                                     _stream(spec.device))
+                _lib.check(status, "fold_bwd_cuda_kv_bounds")
+            else:
+                status = lib.fold_bwd_cuda(problem, *args, workspace.data_ptr(), size,
+                                           _stream(spec.device))
+                _lib.check(status, "fold_bwd_cuda")
     else:
         _lib.check(lib.fold_bwd_cpu(make_problem(spec, host=True), *args), "fold_bwd_cpu")
     return dq, dk, dv
@@ -162,7 +188,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
     layout = _layout_for(spec.device)
     q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
-    return _forward(spec, q, k, v)
+    out, lse, _ = _forward(spec, q, k, v)
+    return out, lse
 
 
 @_fwd_op.register_fake
@@ -173,19 +200,53 @@ def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
     return out, lse
 
 
+# The forward of a training step on CUDA: fwd's out and lse (the same bits) and the K / V
+# bounds that spare the backward its own read of K and V (fold_fwd_cuda_kv_bounds).
+@torch.library.custom_op("fold_attention::fwd_train", mutates_args=())
+def _fwd_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  cu_seqlens: torch.Tensor | None, seqlen: int, causal: bool,
+                  softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_op_tensors("fold_attention::fwd_train", q, k, v, cu_seqlens)
+    if q.device.type != "cuda":
+        raise ValueError("fold_attention::fwd_train: q must be a CUDA tensor (use "
+                         "fold_attention::fwd on the CPU)")
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    q, k, v = (_cuda_layout(x, spec.varlen) for x in (q, k, v))
+    return _forward(spec, q, k, v, kv_bounds=True)
+
+
+@_fwd_train_op.register_fake
+def _fwd_train_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
+    out, lse = _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    batch = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
+    bounds = torch.empty((batch, k.shape[-2], BWD_BOUNDS), dtype=torch.float32, device=q.device)
+    return out, lse, bounds
+
+
 @torch.library.custom_op("fold_attention::bwd", mutates_args=())
 def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             dout: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor | None, seqlen: int,
-            causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            causal: bool, softmax_scale: float, kv_bounds: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::bwd", q, k, v, cu_seqlens, out, dout, lse)
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    if kv_bounds is not None:
+        want = (spec.batch, spec.n_kv_heads, BWD_BOUNDS)
+        if (tuple(kv_bounds.shape) != want or kv_bounds.dtype != torch.float32
+                or kv_bounds.device != q.device):
+            raise ValueError(f"fold_attention::bwd: kv_bounds must be float32 of shape {want} on "
+                             "q's device (what fold_attention::fwd_train returns)")
+        if spec.device.type != "cuda":
+            kv_bounds = None  # the CPU reference computes its own
     layout = _layout_for(spec.device)
     q, k, v, out, dout = (layout(x, spec.varlen) for x in (q, k, v, out, dout))
-    return _backward(spec, q, k, v, out, dout, lse.contiguous())
+    return _backward(spec, q, k, v, out, dout, lse.contiguous(),
+                     None if kv_bounds is None else kv_bounds.contiguous())
 
 
 @_bwd_op.register_fake
-def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale):
+def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale,
+              kv_bounds=None):
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(k.shape, dtype=k.dtype, device=k.device),
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
@@ -193,30 +254,55 @@ def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens, seqlen, causal, softmax_scale = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
+    out, lse = output[0], output[1]
+    bounds = output[2] if len(output) > 2 else None
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, bounds)
     ctx.options = (seqlen, causal, softmax_scale)
-    ctx.mark_non_differentiable(lse)
+    ctx.mark_non_differentiable(*output[1:])
 
 
-def _fwd_backward(ctx, dout, _dlse):
-    # _dlse is ignored: the LSE is not differentiable.
-    q, k, v, out, lse, cu_seqlens = ctx.saved_tensors
+def _fwd_backward(ctx, dout, *_unused):
+    # The grads of lse (and of the bounds) are ignored: neither is differentiable.
+    q, k, v, out, lse, cu_seqlens, bounds = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options)
+    dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options, bounds)
     need_q, need_k, need_v = ctx.needs_input_grad[:3]
     return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
             None, None, None, None)
 
 
 _fwd_op.register_autograd(_fwd_backward, setup_context=_setup_context)
+_fwd_train_op.register_autograd(_fwd_backward, setup_context=_setup_context)
+
+
+# Where the forward takes the K / V bounds by default: one query head per KV head (K and V are
+# as large as Q, and the backward's own read of them costs 3-4% of its time) at the head dims
+# measured. The scan costs the forward 1-3% there (session 28, notes/training_kernels.md:
+# forward + backward +0.9 to +2.1% at the G 1 shapes); with KV groups the saved read is a
+# quarter or less and the step came out even (-2.4 to +3.0%, within the noise), so it stays off.
+KV_BOUNDS_HEAD_DIMS = (64, 128)
+
+
+def _train_forward(spec: AttnSpec, q, k, v) -> bool:
+    """Whether this call's forward should also take the K / V bounds for the backward: on CUDA,
+    when autograd will need the gradients, by the rule above. FOLD_TRAIN_KV_BOUNDS (read at
+    every call, outside torch.compile) overrides the rule: 1 always, 0 never (A/B runs, tests)."""
+    if spec.device.type != "cuda":
+        return False
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return False
+    env = "" if torch.compiler.is_compiling() else os.environ.get("FOLD_TRAIN_KV_BOUNDS", "")
+    if env in ("0", "1"):
+        return env == "1"
+    return spec.n_heads == spec.n_kv_heads and spec.head_dim in KV_BOUNDS_HEAD_DIMS
 
 
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     _require_backend(spec, fn)
-    out, lse = _fwd_op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
-                       spec.causal, spec.softmax_scale)
+    op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
+    out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
+                  spec.causal, spec.softmax_scale)[:2]
     if not return_lse:
         return out
     if not spec.varlen:

@@ -68,6 +68,78 @@ void check_views(const fold_attn_problem_t *p, std::initializer_list<NamedView> 
   }
 }
 
+// The bytes of a [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32 bounds array.
+int64_t bounds_bytes(const fold_attn_problem_t *p) {
+  return static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS * 4;
+}
+
+void check_bounds_pointer(const char *name, const float *bounds) {
+  if (reinterpret_cast<uintptr_t>(bounds) % 4 != 0)
+    fold::fail(std::string(name) + " must be 4-byte aligned");
+}
+
+// fold_fwd_cuda and fold_fwd_cuda_kv_bounds (kv_bounds NULL: none).
+void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+             fold_tensor_t out, float *lse, float *kv_bounds, void *stream) {
+  require_cuda_build();
+  check_cuda_problem(p);
+  check_training_head_dim(p);
+  check_views(p, {{"q", q, p->n_heads, false},
+                  {"k", k, p->n_kv_heads, false},
+                  {"v", v, p->n_kv_heads, false},
+                  {"out", out, p->n_heads, true}});
+  fold::check_pointer("lse", lse, *p);
+  if (kv_bounds != nullptr) check_bounds_pointer("kv_bounds", kv_bounds);
+  if (p->total_tokens == 0) {
+    if (kv_bounds != nullptr) fold::cuda::launch_kv_bounds(*p, k, v, kv_bounds, stream);
+    return;
+  }
+  std::vector<Extent> written = {view_extent("out", out, *p, p->n_heads),
+                                 fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)};
+  if (kv_bounds != nullptr)
+    written.push_back(fold::array_extent("kv_bounds", kv_bounds, bounds_bytes(p) / 4, 4));
+  check_disjoint(written);
+  fold::cuda::launch_forward(*p, q, k, v, out, lse, kv_bounds, stream);
+}
+
+// fold_bwd_cuda and fold_bwd_cuda_kv_bounds (kv_bounds NULL: the preprocess reads k and v).
+void backward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+              fold_tensor_t out, fold_tensor_t dout, const float *lse, fold_tensor_t dq,
+              fold_tensor_t dk, fold_tensor_t dv, const float *kv_bounds, void *workspace,
+              size_t workspace_bytes, void *stream) {
+  require_cuda_build();
+  check_cuda_problem(p);
+  check_training_head_dim(p);
+  check_views(p, {{"q", q, p->n_heads, false},
+                  {"k", k, p->n_kv_heads, false},
+                  {"v", v, p->n_kv_heads, false},
+                  {"out", out, p->n_heads, false},
+                  {"dout", dout, p->n_heads, false},
+                  {"dq", dq, p->n_heads, true},
+                  {"dk", dk, p->n_kv_heads, true},
+                  {"dv", dv, p->n_kv_heads, true}});
+  fold::check_pointer("lse", lse, *p);
+  if (kv_bounds != nullptr) check_bounds_pointer("kv_bounds", kv_bounds);
+  if (p->total_tokens == 0) return;
+  const size_t need = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
+  if (workspace == nullptr) fold::fail("workspace is NULL");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+    fold::fail("workspace must be 16-byte aligned");
+  if (workspace_bytes < need)
+    fold::fail("workspace_bytes=" + std::to_string(workspace_bytes) +
+               " is below fold_bwd_cuda_workspace_size()=" + std::to_string(need));
+  std::vector<Extent> written = {
+      view_extent("dq", dq, *p, p->n_heads), view_extent("dk", dk, *p, p->n_kv_heads),
+      view_extent("dv", dv, *p, p->n_kv_heads),
+      fold::array_extent("workspace", workspace, static_cast<int64_t>(need), 1)};
+  // kv_bounds is only read, but it is copied into the workspace: the two may not overlap.
+  if (kv_bounds != nullptr)
+    written.push_back(fold::array_extent("kv_bounds", kv_bounds, bounds_bytes(p) / 4, 4));
+  check_disjoint(written);
+  fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, kv_bounds, workspace,
+                              stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -84,25 +156,22 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                     {"dout", dout, p->n_heads, false}});
     fold::check_pointer("delta", delta, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
-    fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, stream);
+    fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, nullptr, stream);
   });
 }
 
 fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k,
                             fold_tensor_t v, fold_tensor_t out, float *lse, void *stream) {
-  return fold::guarded("fold_fwd_cuda", [&] {
+  return fold::guarded("fold_fwd_cuda", [&] { forward(p, q, k, v, out, lse, nullptr, stream); });
+}
+
+fold_status_t fold_fwd_cuda_kv_bounds(const fold_attn_problem_t *p, fold_tensor_t q,
+                                      fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
+                                      float *lse, float *kv_bounds, void *stream) {
+  return fold::guarded("fold_fwd_cuda_kv_bounds", [&] {
     require_cuda_build();
-    check_cuda_problem(p);
-    check_training_head_dim(p);
-    check_views(p, {{"q", q, p->n_heads, false},
-                    {"k", k, p->n_kv_heads, false},
-                    {"v", v, p->n_kv_heads, false},
-                    {"out", out, p->n_heads, true}});
-    fold::check_pointer("lse", lse, *p);
-    if (p->total_tokens == 0) return;
-    check_disjoint({view_extent("out", out, *p, p->n_heads),
-                    fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)});
-    fold::cuda::launch_forward(*p, q, k, v, out, lse, stream);
+    if (kv_bounds == nullptr) fold::fail("kv_bounds is NULL");
+    forward(p, q, k, v, out, lse, kv_bounds, stream);
   });
 }
 
@@ -122,30 +191,17 @@ fold_status_t fold_bwd_cuda(const fold_attn_problem_t *p, fold_tensor_t q, fold_
                             const float *lse, fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv,
                             void *workspace, size_t workspace_bytes, void *stream) {
   return fold::guarded("fold_bwd_cuda", [&] {
-    require_cuda_build();
-    check_cuda_problem(p);
-    check_training_head_dim(p);
-    check_views(p, {{"q", q, p->n_heads, false},
-                    {"k", k, p->n_kv_heads, false},
-                    {"v", v, p->n_kv_heads, false},
-                    {"out", out, p->n_heads, false},
-                    {"dout", dout, p->n_heads, false},
-                    {"dq", dq, p->n_heads, true},
-                    {"dk", dk, p->n_kv_heads, true},
-                    {"dv", dv, p->n_kv_heads, true}});
-    fold::check_pointer("lse", lse, *p);
-    if (p->total_tokens == 0) return;
-    const size_t need = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
-    if (workspace == nullptr) fold::fail("workspace is NULL");
-    if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
-      fold::fail("workspace must be 16-byte aligned");
-    if (workspace_bytes < need)
-      fold::fail("workspace_bytes=" + std::to_string(workspace_bytes) +
-                 " is below fold_bwd_cuda_workspace_size()=" + std::to_string(need));
-    check_disjoint({view_extent("dq", dq, *p, p->n_heads), view_extent("dk", dk, *p, p->n_kv_heads),
-                    view_extent("dv", dv, *p, p->n_kv_heads),
-                    fold::array_extent("workspace", workspace, static_cast<int64_t>(need), 1)});
-    fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, workspace, stream);
+    backward(p, q, k, v, out, dout, lse, dq, dk, dv, nullptr, workspace, workspace_bytes, stream);
+  });
+}
+
+fold_status_t fold_bwd_cuda_kv_bounds(const fold_attn_problem_t *p, fold_tensor_t q,
+                                      fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
+                                      fold_tensor_t dout, const float *lse, fold_tensor_t dq,
+                                      fold_tensor_t dk, fold_tensor_t dv, const float *kv_bounds,
+                                      void *workspace, size_t workspace_bytes, void *stream) {
+  return fold::guarded("fold_bwd_cuda_kv_bounds", [&] {
+    backward(p, q, k, v, out, dout, lse, dq, dk, dv, kv_bounds, workspace, workspace_bytes, stream);
   });
 }
 

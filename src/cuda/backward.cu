@@ -391,8 +391,8 @@ void launch_main_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
 
 void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                      fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout, const float *lse,
-                     fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv, void *workspace,
-                     void *stream_ptr) {
+                     fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv, const float *kv_bounds,
+                     void *workspace, void *stream_ptr) {
   if (p.total_tokens == 0 || p.seqlen == 0) return;
   if (!training_head_dim_supported(p.head_dim))
     fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p.head_dim) +
@@ -402,8 +402,13 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const BackwardWorkspace ws = backward_workspace(p, workspace);
   // The preprocess also zeroes the dQ grid rows of every request's tokens (the only rows the
-  // postprocess reads; the main kernels' adds past a request's end are zeros).
-  launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, ws.dq_grid, stream);
+  // postprocess reads; the main kernels' adds past a request's end are zeros). With the
+  // forward's K / V bounds it reads dO and O only; FOLD_BWD_KV_BOUNDS=0 (read at every call,
+  // for A/B runs) ignores them, with the same bits.
+  const char *kv_env = std::getenv("FOLD_BWD_KV_BOUNDS");
+  const bool use_kv = kv_bounds != nullptr && !(kv_env != nullptr && kv_env[0] == '0');
+  launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, ws.dq_grid,
+                        use_kv ? kv_bounds : nullptr, stream);
   const dim3 post_grid((p.seqlen + kPostRows - 1) / kPostRows, p.n_heads, p.batch);
   // v1 (wgmma, backward_sm90.cu) where it covers the head_dim, v0 otherwise or when the
   // environment has FOLD_BWD_V0=1 (read at every call: for comparisons on the GPU; both are

@@ -7,8 +7,9 @@
 //     a __shfl_xor butterfly with __fadd_rn combines lanes. No other arithmetic touches them.
 //   - Bounds are maxima of canonicalised |x| bits (float_bits.h): order-free, so the block
 //     reduction and the global atomicMax may run in any order.
-// Memory-bound: it reads dO and O once (and K, V once, by the blocks of the group's first
-// head) and writes Delta once; no shared-memory staging is needed. In the backward it also
+// Memory-bound: it reads dO and O once (and K, V once, in blocks of their own, unless the
+// training forward already took their maxima: kv_bounds.cuh) and writes Delta once; no
+// shared-memory staging is needed. In the backward it also
 // zeroes the dQ grid rows of each (token, query head) it reads: the grid's writes overlap the
 // reads in one pass instead of a separate memset before or after it.
 #include <cuda_bf16.h>
@@ -63,22 +64,25 @@ __device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch)
   return value;
 }
 
-// grid: (row tiles, n_heads + n_kv_heads, batch). Blocks with y < n_heads compute Delta and
-// ||dO||^2 for query head y; the others take max|K| and max|V| of KV head y - n_heads. Both
-// kinds read two tensors, so the work is balanced whatever the group size.
+// grid: (row tiles, heads, batch), block kind y = blockIdx.y + y0. Blocks with y < n_heads
+// compute Delta and ||dO||^2 for query head y; the others take max|K| and max|V| of KV head
+// y - n_heads. Both kinds read two tensors, so the work is balanced whatever the group size.
+// The launcher runs all kinds (y0 0, n_heads + n_kv_heads of them), the query kinds only
+// (y0 0, n_heads: K / V bounds given) or the K / V kinds only (y0 n_heads, n_kv_heads).
 template <class Tag>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     bwd_preprocess_kernel(const fold_attn_problem_t p, const fold_tensor_t k, const fold_tensor_t v,
                           const fold_tensor_t out, const fold_tensor_t dout,
                           float *__restrict__ delta, uint32_t *__restrict__ bounds,
-                          int32_t *__restrict__ dq_grid) {
+                          int32_t *__restrict__ dq_grid, const int y0) {
   __shared__ uint32_t block_bounds[FOLD_BWD_BOUNDS];
   if (threadIdx.x < FOLD_BWD_BOUNDS) block_bounds[threadIdx.x] = 0;
   __syncthreads();
 
   const int b = blockIdx.z;
-  const bool kv_block = static_cast<int>(blockIdx.y) >= p.n_heads;
-  const int head = kv_block ? blockIdx.y - p.n_heads : blockIdx.y;
+  const int y = static_cast<int>(blockIdx.y) + y0;
+  const bool kv_block = y >= p.n_heads;
+  const int head = kv_block ? y - p.n_heads : y;
   const int hk = kv_block ? head : head / (p.n_heads / p.n_kv_heads);
   const fold_tensor_t ta = kv_block ? k : dout;
   const fold_tensor_t tb = kv_block ? v : out;
@@ -174,31 +178,55 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-}  // namespace
-
-void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
-                           fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
-                           int32_t *dq_grid, void *stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const size_t bounds_bytes =
-      static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
-  // Zeroed bits are the identity of the max over non-negative bit patterns.
-  check(cudaMemsetAsync(bounds, 0, bounds_bytes, stream), "cudaMemsetAsync(bounds)");
+// Blocks of kinds [y0, y0 + kinds) (see the kernel) over every request's rows.
+void launch_kinds(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
+                  fold_tensor_t dout, float *delta, float *bounds, int32_t *dq_grid, int y0,
+                  int kinds, cudaStream_t stream) {
   if (p.total_tokens == 0) return;
   const int rows_per_block = kWarps * (32 / reduce_lanes(p.head_dim)) * kPasses;
   const int longest = p.seqlen > 0 ? p.seqlen : 1;
   const int tiles = std::min((longest + rows_per_block - 1) / rows_per_block, 8192);
   if (p.batch > 65535 || p.n_heads + p.n_kv_heads > 65535)
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads + n_kv_heads must be <= 65535 on CUDA");
-  const dim3 grid(tiles, p.n_heads + p.n_kv_heads, p.batch);
+  const dim3 grid(tiles, kinds, p.batch);
   auto *bound_bits = reinterpret_cast<uint32_t *>(bounds);
   if (p.dtype == FOLD_DTYPE_BF16)
     bwd_preprocess_kernel<Bf16Tag>
-        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid);
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid, y0);
   else
     bwd_preprocess_kernel<F16Tag>
-        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid);
+        <<<grid, kThreads, 0, stream>>>(p, k, v, out, dout, delta, bound_bits, dq_grid, y0);
   check(cudaGetLastError(), "bwd_preprocess_kernel launch");
+}
+
+size_t bounds_bytes(const fold_attn_problem_t &p) {
+  return static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
+}
+
+}  // namespace
+
+void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
+                           fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
+                           int32_t *dq_grid, const float *kv_bounds, void *stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (kv_bounds != nullptr) {
+    // The forward's K / V maxima (other slots zero) are the starting point of the query
+    // blocks' maxima: the same bits as the K / V blocks would give.
+    check(cudaMemcpyAsync(bounds, kv_bounds, bounds_bytes(p), cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync(bounds)");
+    return launch_kinds(p, k, v, out, dout, delta, bounds, dq_grid, 0, p.n_heads, stream);
+  }
+  // Zeroed bits are the identity of the max over non-negative bit patterns.
+  check(cudaMemsetAsync(bounds, 0, bounds_bytes(p), stream), "cudaMemsetAsync(bounds)");
+  launch_kinds(p, k, v, out, dout, delta, bounds, dq_grid, 0, p.n_heads + p.n_kv_heads, stream);
+}
+
+void launch_kv_bounds(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
+                      float *kv_bounds, void *stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  check(cudaMemsetAsync(kv_bounds, 0, bounds_bytes(p), stream), "cudaMemsetAsync(kv_bounds)");
+  // The K / V kinds read neither out, dout nor delta.
+  launch_kinds(p, k, v, k, k, nullptr, kv_bounds, nullptr, p.n_heads, p.n_kv_heads, stream);
 }
 
 }  // namespace fold::cuda

@@ -47,6 +47,7 @@
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
 #include "cuda/hopper/wgmma.cuh"
+#include "cuda/kv_bounds.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
 #include "cuda/stage_rows.cuh"
@@ -67,6 +68,7 @@ using tile::pack2;
 constexpr int kThreads = 3 * hw::kWarpgroupThreads;
 constexpr int kConsumerThreads = 2 * hw::kWarpgroupThreads;
 constexpr int kProducerRegs = 24;
+constexpr int kScanWarps = 3;       // the producer warps that take the K / V bounds (v1.2, kScan)
 constexpr int kConsumerRegs = 240;  // 128 x 24 + 256 x 240 = 64512 <= 65536
 constexpr int kVTailBarrier = 1;    // named barrier of the 256 consumer threads
 constexpr float kLog2e = 1.4426950408889634f;
@@ -727,18 +729,24 @@ template <int D, int NC>
 using V12Cfg = CfgT<D, V12Shape<D, NC>::kStages, V12Shape<D, NC>::kBm, V12Shape<D, NC>::kBn>;
 // Consumer registers: 128 x 24 + 256 x 240 = 64512 (two consumers), 128 x 24 + 384 x 160 = 64512
 // (three) <= 65536.
-template <int NC>
+// With the K / V scan (kScan) the producer warpgroup keeps more (its scan warps hold four 16-byte
+// loads in flight): 128 x 40 + 256 x 232 = 64512 (two consumers), 128 x 32 + 384 x 160 = 65536.
+template <int NC, bool kScan = false>
 struct V12ConsumerRegs {
-  static constexpr int value = NC == 3 ? 160 : 240;
+  static constexpr int value = NC == 3 ? 160 : (kScan ? 232 : 240);
+};
+template <int NC, bool kScan>
+struct V12ProducerRegs {
+  static constexpr int value = !kScan ? kProducerRegs : (NC == 3 ? 32 : 40);
 };
 
-template <int D, class Tag, int NC, int EPI>
+template <int D, class Tag, int NC, int EPI, bool kScan>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const CoordMuls muls,
                        const fold_tensor_t out, float *__restrict__ lse, const uint32_t n_tiles,
-                       const TileOrder order, const int trim) {
+                       const TileOrder order, const int trim, uint32_t *__restrict__ kv_bounds) {
   using C = V12Cfg<D, NC>;
   using T = typename Tag::T;
   constexpr int kCThreads = NC * hw::kWarpgroupThreads, kCWarps = NC * 4;
@@ -763,8 +771,9 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&k_full[s], 1);
       hw::mbar_init(&v_full[s], 1);
-      hw::mbar_init(&k_empty[s], kCWarps);
-      hw::mbar_init(&v_empty[s], kCWarps);
+      // (+ 3: the producer's scan warps, when the forward takes the K / V bounds)
+      hw::mbar_init(&k_empty[s], kCWarps + (kScan ? kScanWarps : 0));
+      hw::mbar_init(&v_empty[s], kCWarps + (kScan ? kScanWarps : 0));
     }
     hw::fence_barrier_init();
   }
@@ -802,7 +811,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   const int wg = hw::warpgroup_index();
   if (wg == 0) {
     // ---- producer ----
-    hw::setmaxnreg_dec<kProducerRegs>();
+    hw::setmaxnreg_dec<V12ProducerRegs<NC, kScan>::value>();
     if (threadIdx.x == 0) {
       hw::tma_prefetch_descriptor(&tm_q);
       hw::tma_prefetch_descriptor(&tm_k);
@@ -842,12 +851,58 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         it += static_cast<uint32_t>(tl.n_kblocks);
         ++tiles;
       }
+    } else if (kScan && threadIdx.x >= 32) {
+      // Warps 1-3, idle otherwise: max|K| and max|V| for the backward (kv_bounds.cuh), read
+      // from the stages as a third party of the pipeline: they wait for every K / V stage
+      // fill, as the consumers do, and release it with one arrival per warp (the empty
+      // barriers count them), so the producer refills no stage before they are done with it.
+      // Each (request, KV head)'s keys are read once: key block j by the tile of the group's
+      // first head whose query block holds row j kBn (self-attention: the tile loads it).
+      const int group = p.n_heads / p.n_kv_heads;
+      const int tid = static_cast<int>(threadIdx.x) - 32;
+      uint32_t it = 0;  // key blocks consumed so far (stage / parity, as the producer's)
+      // (k * grid < n_tiles rather than k < rounds: with rounds live here too, the 24 registers
+      // spill it, and the consumers' copy with it.)
+      for (uint32_t k = 0; k * grid < n_tiles; ++k) {
+        Tile tl;
+        if (!tile_of(k, tl)) continue;
+        const int qb = tl.q0 / kBm;
+        const int j_lo = tl.h % group == 0 ? (qb * kBm + kBn - 1) / kBn : tl.n_kblocks;
+        const int j_hi = min((qb * kBm + kBm + kBn - 1) / kBn, tl.n_kblocks);
+        uint32_t mk = 0, mv = 0;
+        // Key block j's K or V: wait for its fill, take the maxima if the block is this tile's,
+        // release it. In the producer's order (K_0, then K_j before V_{j-1}, then V_{n-1}), so
+        // that the scan warps release each stage as soon as it lands: in block order (K_j, V_j,
+        // K_{j+1}) K_{j+1} would wait for V_j, hold its stage past the consumers' release and
+        // delay the producer's next fill of it (measured: 3-8% of the forward).
+        auto take = [&](bool is_v, int j) {
+          const uint32_t n = it + static_cast<uint32_t>(j);
+          const uint32_t s = n % kStages;
+          hw::mbar_wait(is_v ? &v_full[s] : &k_full[s], (n / kStages) & 1);
+          if (j >= j_lo && j < j_hi) {
+            const int rows = min(kBn, tl.r.len - j * kBn);
+            const uint32_t tile = hw::smem_u32((is_v ? v_s : k_s) + s * C::kKvBytes);
+            uint32_t &m = is_v ? mv : mk;
+            m = tile_abs_max<C::kKvBytes, C::kKvPanel, 32 * kScanWarps>(tile, rows, tid, m);
+          }
+          __syncwarp();
+          if ((threadIdx.x & 31) == 0) hw::mbar_arrive(is_v ? &v_empty[s] : &k_empty[s]);
+        };
+        take(false, 0);
+        for (int j = 1; j < tl.n_kblocks; ++j) {
+          take(false, j);
+          take(true, j - 1);
+        }
+        take(true, tl.n_kblocks - 1);
+        it += static_cast<uint32_t>(tl.n_kblocks);
+        if (j_lo < j_hi) kv_bounds_publish<T>(mk, mv, kv_bounds, p, tl.b, tl.hk);
+      }
     }
     return;
   }
 
   // ---- consumers ----
-  hw::setmaxnreg_inc<V12ConsumerRegs<NC>::value>();
+  hw::setmaxnreg_inc<V12ConsumerRegs<NC, kScan>::value>();
   const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the block
   const int tid = hw::thread_in_warpgroup();
   const int warp = tid >> 5, lane = tid & 31;
@@ -1243,14 +1298,15 @@ QkvMaps make_qkv_maps(const fold_attn_problem_t &p, const fold_tensor_t &q, cons
 int forward_epi() { return env_choice("FOLD_FWD_EPI", {"stg", "shf"}, kEpiShf); }
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
-// v1.1's linear tile list, with v1.2's own tiles (V12Cfg).
-template <int D, class Tag, int NC, int EPI>
+// v1.1's linear tile list, with v1.2's own tiles (V12Cfg). kScan: the instance whose producer
+// warps also take the K / V bounds into kv_bounds (zeroed before).
+template <int D, class Tag, int NC, int EPI, bool kScan>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                fold_tensor_t out, float *lse, cudaStream_t stream) {
+                fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
   using C = V12Cfg<D, NC>;
   constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel = forward_v12_kernel<D, Tag, NC, EPI>;
+  auto kernel = forward_v12_kernel<D, Tag, NC, EPI, kScan>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
@@ -1262,28 +1318,41 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
       p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, static_cast<uint32_t>(all), order,
-      forward_trim() ? 1 : 0);
+      forward_trim() ? 1 : 0, kv_bounds);
   check(cudaGetLastError(), "forward kernel launch");
 }
 
-// v1.2 with the epilogue forward_epi picks.
+// v1.2 with the epilogue forward_epi picks; returns true when it took the K / V bounds. Only
+// the default epilogue has a scanning instance (the other is for A/B runs): a separate
+// instance, so the forward of inference keeps its code as it was (the scan changes ptxas's
+// schedule of the whole kernel, and spills a few tile values in the scan warps).
 template <int D, class Tag, int NC>
-void launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                    fold_tensor_t out, float *lse, cudaStream_t stream) {
-  if (forward_epi() == kEpiShf)
-    return launch_v12<D, Tag, NC, kEpiShf>(p, q, k, v, out, lse, stream);
-  launch_v12<D, Tag, NC, kEpiStg>(p, q, k, v, out, lse, stream);
+bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                    fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
+  if (forward_epi() == kEpiStg) {
+    launch_v12<D, Tag, NC, kEpiStg, false>(p, q, k, v, out, lse, nullptr, stream);
+    return false;
+  }
+  if (kv_bounds == nullptr) {
+    launch_v12<D, Tag, NC, kEpiShf, false>(p, q, k, v, out, lse, nullptr, stream);
+    return false;
+  }
+  launch_v12<D, Tag, NC, kEpiShf, true>(p, q, k, v, out, lse, kv_bounds, stream);
+  return true;
 }
 
+// Returns true when the launched kernel took the K / V bounds (kv_bounds, zeroed before) itself.
 template <int D, class Tag>
-void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-            fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
+bool launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+            fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream,
+            Variant variant) {
   // Three consumer warpgroups only at D 64 (at D >= 96 a 64 x 128 O, S and P do not fit in 160
   // registers).
   if constexpr (D == 64)
-    if (variant == Variant::kV12) return launch_v12_epi<D, Tag, 3>(p, q, k, v, out, lse, stream);
+    if (variant == Variant::kV12)
+      return launch_v12_epi<D, Tag, 3>(p, q, k, v, out, lse, kv_bounds, stream);
   if (variant == Variant::kV12 || variant == Variant::kV12TwoConsumers)
-    return launch_v12_epi<D, Tag, 2>(p, q, k, v, out, lse, stream);
+    return launch_v12_epi<D, Tag, 2>(p, q, k, v, out, lse, kv_bounds, stream);
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");
@@ -1312,20 +1381,22 @@ void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
         <<<grid, kThreads, smem_bytes, stream>>>(p, m.q.map, m.k.map, m.v.map, m.muls, out, lse);
   }
   check(cudaGetLastError(), "forward kernel launch");
+  return false;
 }
 
 template <class Tag>
-void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                fold_tensor_t out, float *lse, cudaStream_t stream, Variant variant) {
+bool launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream,
+                Variant variant) {
   switch (p.head_dim) {
     case 64:
-      return launch<64, Tag>(p, q, k, v, out, lse, stream, variant);
+      return launch<64, Tag>(p, q, k, v, out, lse, kv_bounds, stream, variant);
     case 96:
-      return launch<96, Tag>(p, q, k, v, out, lse, stream, variant);
+      return launch<96, Tag>(p, q, k, v, out, lse, kv_bounds, stream, variant);
     case 128:
-      return launch<128, Tag>(p, q, k, v, out, lse, stream, variant);
+      return launch<128, Tag>(p, q, k, v, out, lse, kv_bounds, stream, variant);
     case 256:
-      return launch<256, Tag>(p, q, k, v, out, lse, stream, variant);
+      return launch<256, Tag>(p, q, k, v, out, lse, kv_bounds, stream, variant);
     default:
       fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p.head_dim) +
                                      ": the CUDA training kernels take 64, 96, 128 or 256");
@@ -1334,23 +1405,43 @@ void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
 
 }  // namespace
 
+// Where the forward's K / V bounds come from: FOLD_FWD_KV_BOUNDS "scan" (the default: the v1.2
+// kernel's idle producer warps) or "pass" (launch_kv_bounds after the forward, as for the
+// other kernels). Read at every call (A/B runs); the same bits either way.
+namespace {
+bool forward_kv_scan() { return env_choice("FOLD_FWD_KV_BOUNDS", {"pass", "scan"}, 1) == 1; }
+}  // namespace
+
 void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                    fold_tensor_t out, float *lse, void *stream_ptr) {
-  if (p.total_tokens == 0 || p.seqlen == 0) return;
+                    fold_tensor_t out, float *lse, float *kv_bounds, void *stream_ptr) {
+  if (p.total_tokens == 0 || p.seqlen == 0) {
+    if (kv_bounds != nullptr) launch_kv_bounds(p, k, v, kv_bounds, stream_ptr);  // zeros
+    return;
+  }
   // v0 for views TMA cannot describe (a token stride of 0): a property of the layout alone,
   // never of the batch's lengths, so a request's path is the same alone or in any batch.
-  if (!tma_describable(p, q) || !tma_describable(p, k) || !tma_describable(p, v))
-    return launch_forward_v0(p, q, k, v, out, lse, stream_ptr);
+  if (!tma_describable(p, q) || !tma_describable(p, k) || !tma_describable(p, v)) {
+    launch_forward_v0(p, q, k, v, out, lse, stream_ptr);
+    if (kv_bounds != nullptr) launch_kv_bounds(p, k, v, kv_bounds, stream_ptr);
+    return;
+  }
   if (p.batch > 65535) fail(FOLD_ERR_UNSUPPORTED, "batch must be <= 65535 on CUDA");
   // TMA coordinates are signed 32-bit (no tensor this large fits in device memory anyway).
   if (p.total_tokens > 0x7fffffff || p.seqlen > 0x7fffffff - 256)
     fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Variant variant = forward_variant();
-  if (p.dtype == FOLD_DTYPE_BF16)
-    launch_dim<Bf16>(p, q, k, v, out, lse, stream, variant);
-  else
-    launch_dim<F16>(p, q, k, v, out, lse, stream, variant);
+  uint32_t *scan = nullptr;
+  if (kv_bounds != nullptr && forward_kv_scan()) {
+    const size_t bytes =
+        static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
+    check(cudaMemsetAsync(kv_bounds, 0, bytes, stream), "cudaMemsetAsync(kv_bounds)");
+    scan = reinterpret_cast<uint32_t *>(kv_bounds);
+  }
+  const bool scanned = p.dtype == FOLD_DTYPE_BF16
+                           ? launch_dim<Bf16>(p, q, k, v, out, lse, scan, stream, variant)
+                           : launch_dim<F16>(p, q, k, v, out, lse, scan, stream, variant);
+  if (kv_bounds != nullptr && !scanned) launch_kv_bounds(p, k, v, kv_bounds, stream_ptr);
 }
 
 }  // namespace fold::cuda

@@ -46,15 +46,24 @@ inline BackwardWorkspace backward_workspace(const fold_attn_problem_t &p, void *
 }
 
 // dq_grid: when not null, the rows of every request's tokens are zeroed on the way (the
-// backward's grid); null for the preprocess alone.
+// backward's grid); null for the preprocess alone. kv_bounds: when not null, the K / V bounds
+// of the same k and v (launch_kv_bounds or the forward's), copied into bounds instead of read
+// again from k and v; same bits.
 void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
                            fold_tensor_t out, fold_tensor_t dout, float *delta, float *bounds,
-                           int32_t *dq_grid, void *stream);
+                           int32_t *dq_grid, const float *kv_bounds, void *stream);
+
+// kv_bounds [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32: max|K| and max|V| in their slots as
+// the preprocess computes them, zeros in the others (bwd_preprocess.cu's K / V blocks alone).
+void launch_kv_bounds(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,
+                      float *kv_bounds, void *stream);
 
 // v1 (wgmma + TMA, warp-specialised) for every view TMA can describe, else v0 (mma.sync);
-// the choice depends on the views' layouts only (forward.cu).
+// the choice depends on the views' layouts only (forward.cu). kv_bounds, when not null, gets
+// launch_kv_bounds's values (taken by the v1.2 kernel's idle producer warps, else by
+// launch_kv_bounds after the forward).
 void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
-                    fold_tensor_t out, float *lse, void *stream);
+                    fold_tensor_t out, float *lse, float *kv_bounds, void *stream);
 void launch_forward_v0(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                        fold_tensor_t v, fold_tensor_t out, float *lse, void *stream);
 
@@ -67,10 +76,12 @@ bool launch_backward_main_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fo
 
 // Runs preprocess, main kernel and postprocess on `stream`; `workspace` holds at least
 // backward_workspace(p, nullptr).total_bytes bytes.
+// kv_bounds: null, or the forward's launch_kv_bounds values of the same k and v (the
+// preprocess then skips its read of k and v).
 void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                      fold_tensor_t v, fold_tensor_t out, fold_tensor_t dout, const float *lse,
-                     fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv, void *workspace,
-                     void *stream);
+                     fold_tensor_t dq, fold_tensor_t dk, fold_tensor_t dv, const float *kv_bounds,
+                     void *workspace, void *stream);
 
 // The decode's workspace (fold_decode_cuda), carved from one caller-provided buffer
 // (256-byte aligned parts); rows = batch * n_heads, splits = ceil(max_len / 512):

@@ -11,18 +11,22 @@ namespace {
 }  // namespace
 
 void launch_bwd_preprocess(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
-                           fold_tensor_t, float *, float *, int32_t *, void *) {
+                           fold_tensor_t, float *, float *, int32_t *, const float *, void *) {
+  no_cuda();
+}
+
+void launch_kv_bounds(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, float *, void *) {
   no_cuda();
 }
 
 void launch_forward(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
-                    fold_tensor_t, float *, void *) {
+                    fold_tensor_t, float *, float *, void *) {
   no_cuda();
 }
 
 void launch_backward(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
                      fold_tensor_t, fold_tensor_t, const float *, fold_tensor_t, fold_tensor_t,
-                     fold_tensor_t, void *, void *) {
+                     fold_tensor_t, const float *, void *, void *) {
   no_cuda();
 }
 

@@ -184,6 +184,29 @@ TEST(CApi, CudaTrainingEntryPointsFailCleanlyWithoutADevice) {
   }
 }
 
+TEST(CApi, KvBoundsEntryPointsCheckTheirArguments) {
+  Fixture f;  // head_dim 16: not a CUDA training head dimension
+  std::vector<float> lse(64),
+      kv_bounds(static_cast<size_t>(f.p.batch) * f.p.n_kv_heads * FOLD_BWD_BOUNDS);
+  EXPECT_NE(fold_fwd_cuda_kv_bounds(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(),
+                                    lse.data(), nullptr, nullptr),
+            FOLD_OK);
+  if (fold_built_with_cuda()) {
+    EXPECT_NE(std::string(fold_last_error()).find("kv_bounds is NULL"), std::string::npos)
+        << fold_last_error();
+  }
+  const fold_status_t fwd = fold_fwd_cuda_kv_bounds(
+      &f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), lse.data(), kv_bounds.data(), nullptr);
+  HostTensor dq{f.c.dtype, 16, 4, 16}, dk{f.c.dtype, 16, 2, 16}, dv{f.c.dtype, 16, 2, 16};
+  const size_t bytes = fold_bwd_cuda_workspace_size(&f.p);
+  std::vector<char> workspace(bytes + 16);
+  const fold_status_t bwd = fold_bwd_cuda_kv_bounds(
+      &f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), f.o.view(), lse.data(), dq.view(),
+      dk.view(), dv.view(), kv_bounds.data(), workspace.data(), bytes, nullptr);
+  for (const fold_status_t s : {fwd, bwd})
+    EXPECT_EQ(s, fold_built_with_cuda() ? FOLD_ERR_UNSUPPORTED : FOLD_ERR_NO_CUDA);
+}
+
 TEST(CApi, EmptyBatchIsAValidNoOp) {
   Case c{{0, 0}, 2, 1, 8, FOLD_DTYPE_BF16, 1};
   const auto cu = offsets(c.lengths);
