@@ -129,7 +129,8 @@ FOLD_API fold_status_t fold_fwd_cuda(const fold_attn_problem_t *p, fold_tensor_t
  * [batch, n_kv_heads, FOLD_BWD_BOUNDS]: max|K| and max|V| of each (request, KV head) in the
  * slots FOLD_BOUND_MAX_ABS_K / _V, exactly as fold_bwd_preprocess_cuda computes them, and 0 in
  * the other slots. For a training step: handed to fold_bwd_cuda_kv_bounds with the same k and
- * v, they spare the backward its own read of K and V. */
+ * v, they spare the backward its own read of K and V. As for the forward itself, every
+ * request's length must be <= p->seqlen (longer requests are not fully scanned). */
 FOLD_API fold_status_t fold_fwd_cuda_kv_bounds(const fold_attn_problem_t *p, fold_tensor_t q,
                                                fold_tensor_t k, fold_tensor_t v, fold_tensor_t out,
                                                float *lse, float *kv_bounds, void *stream);

@@ -73,9 +73,10 @@ def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False):
     lse = torch.empty((spec.n_heads, spec.total_tokens), dtype=torch.float32, device=spec.device)
     bounds = None
     if kv_bounds:
-        # (The library writes every entry, zeros included.)
-        bounds = torch.empty((spec.batch, spec.n_kv_heads, BWD_BOUNDS), dtype=torch.float32,
-                             device=spec.device)
+        # The library writes every entry (zeros included); with no tokens it is not called.
+        alloc = torch.empty if spec.total_tokens > 0 else torch.zeros
+        bounds = alloc((spec.batch, spec.n_kv_heads, BWD_BOUNDS), dtype=torch.float32,
+                       device=spec.device)
     if spec.total_tokens == 0:
         return out, lse, bounds
     lib = _lib.library()

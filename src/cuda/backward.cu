@@ -406,7 +406,10 @@ void launch_backward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_
   // forward's K / V bounds it reads dO and O only; FOLD_BWD_KV_BOUNDS=0 (read at every call,
   // for A/B runs) ignores them, with the same bits.
   const char *kv_env = std::getenv("FOLD_BWD_KV_BOUNDS");
-  const bool use_kv = kv_bounds != nullptr && !(kv_env != nullptr && kv_env[0] == '0');
+  const std::string kv_set = kv_env != nullptr ? kv_env : "";
+  if (kv_set != "" && kv_set != "0" && kv_set != "1")
+    fail(FOLD_ERR_INVALID_ARGUMENT, "FOLD_BWD_KV_BOUNDS=" + kv_set + ": expected 0 or 1");
+  const bool use_kv = kv_bounds != nullptr && kv_set != "0";
   launch_bwd_preprocess(p, k, v, out, dout, ws.delta, ws.bounds, ws.dq_grid,
                         use_kv ? kv_bounds : nullptr, stream);
   const dim3 post_grid((p.seqlen + kPostRows - 1) / kPostRows, p.n_heads, p.batch);

@@ -861,8 +861,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       const int group = p.n_heads / p.n_kv_heads;
       const int tid = static_cast<int>(threadIdx.x) - 32;
       uint32_t it = 0;  // key blocks consumed so far (stage / parity, as the producer's)
-      // (k * grid < n_tiles rather than k < rounds: with rounds live here too, the 24 registers
-      // spill it, and the consumers' copy with it.)
+      // (k * grid < n_tiles rather than k < rounds: with rounds live here too, the producer's
+      // registers (24 when this was written) spilled it, and the consumers' copy with it.)
       for (uint32_t k = 0; k * grid < n_tiles; ++k) {
         Tile tl;
         if (!tile_of(k, tl)) continue;

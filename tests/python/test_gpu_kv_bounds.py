@@ -244,3 +244,16 @@ def test_bwd_op_checks_kv_bounds():
         training._bwd_op(q, k, v, out, out, lse, None, 64, False, 0.125, bounds[:, :1])
     with pytest.raises(ValueError, match="kv_bounds"):
         training._bwd_op(q, k, v, out, out, lse, None, 64, False, 0.125, bounds.double())
+
+
+def test_forward_bounds_of_an_empty_batch_are_zeros():
+    """Packed requests that are all empty: no kernel runs, the bounds are zeros (not whatever
+    the allocator left)."""
+    cu = torch.zeros(3, dtype=torch.int32, device=DEV)
+    q = torch.empty((0, 4, 64), dtype=torch.bfloat16, device=DEV)
+    k = torch.empty((0, 2, 64), dtype=torch.bfloat16, device=DEV)
+    junk = torch.full((2, 2, 4), 7.0, device=DEV)  # recycled by the caching allocator
+    del junk
+    out, lse, bounds = training._fwd_train_op(q, k, k, cu, 1, False, 0.125)
+    assert tuple(bounds.shape) == (2, 2, 4)
+    assert torch.equal(bounds.cpu(), torch.zeros(2, 2, 4))
