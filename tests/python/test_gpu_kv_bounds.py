@@ -20,6 +20,7 @@ if not torch.cuda.is_available():
 
 import fold_attention as fa  # noqa: E402
 from fold_attention import training  # noqa: E402
+from helpers import bits, cu_from_lengths  # noqa: E402
 
 DEV = "cuda"
 HALF = (torch.bfloat16, torch.float16)
@@ -38,10 +39,6 @@ def _randn(shape, dtype, seed, scale=1.0):
     g = torch.Generator(device=DEV)
     g.manual_seed(seed)
     return (torch.randn(shape, generator=g, device=DEV, dtype=torch.float32) * scale).to(dtype)
-
-
-def _bits(x):
-    return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32)
 
 
 def _max_abs_bits(x):
@@ -96,8 +93,8 @@ def _check(q, k, v, causal, cu, what):
     out0, lse0 = _fwd_plain(q, k, v, causal, cu)
     if cu is None:
         lse0 = lse0.permute(1, 0, 2).reshape(lse.shape)
-    assert torch.equal(_bits(out), _bits(out0)), f"{what}: out bits differ from the plain forward"
-    assert torch.equal(_bits(lse), _bits(lse0)), f"{what}: lse bits differ from the plain forward"
+    assert torch.equal(bits(out), bits(out0)), f"{what}: out bits differ from the plain forward"
+    assert torch.equal(bits(lse), bits(lse0)), f"{what}: lse bits differ from the plain forward"
 
 
 PATHS = {
@@ -132,8 +129,7 @@ def test_forward_bounds_varlen(dtype, D, path, monkeypatch):
     for name, value in PATHS[path].items():
         monkeypatch.setenv(name, value)
     lengths = [130, 0, 1, 257, 64, 400, 3]
-    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32,
-                      device=DEV)
+    cu = cu_from_lengths(lengths).to(DEV)
     T, H, Hkv = sum(lengths), 8, 2
     q = _randn((T, H, D), dtype, 30)
     k = _randn((T, Hkv, D), dtype, 31)
@@ -193,8 +189,7 @@ def test_gradients_same_bits_with_forward_bounds(dtype, D, monkeypatch):
     dense = tuple(_randn((B, S, h, D), dtype, 60 + i) for i, h in enumerate((H, Hkv, Hkv, H)))
     cases.append((dense, None))
     lengths = [77, 1, 0, 260]
-    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32,
-                      device=DEV)
+    cu = cu_from_lengths(lengths).to(DEV)
     T = sum(lengths)
     packed = tuple(_randn((T, h, D), dtype, 70 + i) for i, h in enumerate((H, Hkv, Hkv, H)))
     cases.append((packed, cu))
@@ -210,7 +205,7 @@ def test_gradients_same_bits_with_forward_bounds(dtype, D, monkeypatch):
                 monkeypatch.delenv(name)
                 monkeypatch.setenv("FOLD_TRAIN_KV_BOUNDS", "1")
                 for g, a, b in zip(("dq", "dk", "dv"), want, got):
-                    assert torch.equal(_bits(a), _bits(b)), f"{what} {name}=0: {g} bits differ"
+                    assert torch.equal(bits(a), bits(b)), f"{what} {name}=0: {g} bits differ"
 
 
 def test_training_forward_takes_bounds_only_when_needed(monkeypatch):
