@@ -68,9 +68,9 @@ void check_views(const fold_attn_problem_t *p, std::initializer_list<NamedView> 
   }
 }
 
-// The bytes of a [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32 bounds array.
-int64_t bounds_bytes(const fold_attn_problem_t *p) {
-  return static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS * 4;
+Extent kv_bounds_extent(const fold_attn_problem_t &p, const float *kv_bounds) {
+  return fold::array_extent("kv_bounds", kv_bounds,
+                            static_cast<int64_t>(fold::cuda::bounds_bytes(p) / sizeof(float)), 4);
 }
 
 void check_bounds_pointer(const char *name, const float *bounds) {
@@ -90,14 +90,11 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
                   {"out", out, p->n_heads, true}});
   fold::check_pointer("lse", lse, *p);
   if (kv_bounds != nullptr) check_bounds_pointer("kv_bounds", kv_bounds);
-  if (p->total_tokens == 0) {
-    if (kv_bounds != nullptr) fold::cuda::launch_kv_bounds(*p, k, v, kv_bounds, stream);
-    return;
-  }
+  if (p->total_tokens == 0)  // nothing to compute; the launcher still zeroes kv_bounds
+    return fold::cuda::launch_forward(*p, q, k, v, out, lse, kv_bounds, stream);
   std::vector<Extent> written = {view_extent("out", out, *p, p->n_heads),
                                  fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)};
-  if (kv_bounds != nullptr)
-    written.push_back(fold::array_extent("kv_bounds", kv_bounds, bounds_bytes(p) / 4, 4));
+  if (kv_bounds != nullptr) written.push_back(kv_bounds_extent(*p, kv_bounds));
   check_disjoint(written);
   fold::cuda::launch_forward(*p, q, k, v, out, lse, kv_bounds, stream);
 }
@@ -133,8 +130,7 @@ void backward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fo
       view_extent("dv", dv, *p, p->n_kv_heads),
       fold::array_extent("workspace", workspace, static_cast<int64_t>(need), 1)};
   // kv_bounds is only read, but it is copied into the workspace: the two may not overlap.
-  if (kv_bounds != nullptr)
-    written.push_back(fold::array_extent("kv_bounds", kv_bounds, bounds_bytes(p) / 4, 4));
+  if (kv_bounds != nullptr) written.push_back(kv_bounds_extent(*p, kv_bounds));
   check_disjoint(written);
   fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, kv_bounds, workspace,
                               stream);

@@ -199,10 +199,6 @@ void launch_kinds(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v
   check(cudaGetLastError(), "bwd_preprocess_kernel launch");
 }
 
-size_t bounds_bytes(const fold_attn_problem_t &p) {
-  return static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
-}
-
 }  // namespace
 
 void launch_bwd_preprocess(const fold_attn_problem_t &p, fold_tensor_t k, fold_tensor_t v,

@@ -1299,7 +1299,7 @@ int forward_epi() { return env_choice("FOLD_FWD_EPI", {"stg", "shf"}, kEpiShf); 
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg). kScan: the instance whose producer
-// warps also take the K / V bounds into kv_bounds (zeroed before).
+// warps also take the K / V bounds into kv_bounds (zeroed by the caller).
 template <int D, class Tag, int NC, int EPI, bool kScan>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
@@ -1337,11 +1337,13 @@ bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
     launch_v12<D, Tag, NC, kEpiShf, false>(p, q, k, v, out, lse, nullptr, stream);
     return false;
   }
+  // Zeroed bits are the identity of the scan warps' atomicMax.
+  check(cudaMemsetAsync(kv_bounds, 0, bounds_bytes(p), stream), "cudaMemsetAsync(kv_bounds)");
   launch_v12<D, Tag, NC, kEpiShf, true>(p, q, k, v, out, lse, kv_bounds, stream);
   return true;
 }
 
-// Returns true when the launched kernel took the K / V bounds (kv_bounds, zeroed before) itself.
+// Returns true when the launched kernel took the K / V bounds into kv_bounds itself.
 template <int D, class Tag>
 bool launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream,
@@ -1403,13 +1405,11 @@ bool launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   }
 }
 
-}  // namespace
-
 // Where the forward's K / V bounds come from: FOLD_FWD_KV_BOUNDS "scan" (the default: the v1.2
 // kernel's idle producer warps) or "pass" (launch_kv_bounds after the forward, as for the
 // other kernels). Read at every call (A/B runs); the same bits either way.
-namespace {
 bool forward_kv_scan() { return env_choice("FOLD_FWD_KV_BOUNDS", {"pass", "scan"}, 1) == 1; }
+
 }  // namespace
 
 void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
@@ -1431,13 +1431,9 @@ void launch_forward(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
     fail(FOLD_ERR_UNSUPPORTED, "total_tokens must be < 2^31 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Variant variant = forward_variant();
-  uint32_t *scan = nullptr;
-  if (kv_bounds != nullptr && forward_kv_scan()) {
-    const size_t bytes =
-        static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
-    check(cudaMemsetAsync(kv_bounds, 0, bytes, stream), "cudaMemsetAsync(kv_bounds)");
-    scan = reinterpret_cast<uint32_t *>(kv_bounds);
-  }
+  // The scanning kernel zeroes and fills kv_bounds where it runs; elsewhere the pass does.
+  uint32_t *scan =
+      kv_bounds != nullptr && forward_kv_scan() ? reinterpret_cast<uint32_t *>(kv_bounds) : nullptr;
   const bool scanned = p.dtype == FOLD_DTYPE_BF16
                            ? launch_dim<Bf16>(p, q, k, v, out, lse, scan, stream, variant)
                            : launch_dim<F16>(p, q, k, v, out, lse, scan, stream, variant);

@@ -28,19 +28,23 @@ struct BackwardWorkspace {
 
 inline size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// The bytes of one [batch, n_kv_heads, FOLD_BWD_BOUNDS] float32 bounds array (the backward's, or
+// the K / V bounds a training forward takes).
+inline size_t bounds_bytes(const fold_attn_problem_t &p) {
+  return static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * sizeof(float);
+}
+
 inline BackwardWorkspace backward_workspace(const fold_attn_problem_t &p, void *base) {
   const size_t delta_bytes =
       align256(static_cast<size_t>(p.n_heads) * static_cast<size_t>(p.total_tokens) * 4);
-  const size_t bounds_bytes =
-      align256(static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS * 4);
+  const size_t bounds_part = align256(bounds_bytes(p));
   const size_t grid_bytes = static_cast<size_t>(p.total_tokens) * p.n_heads * p.head_dim * 4;
-  BackwardWorkspace ws{nullptr, nullptr, nullptr,
-                       delta_bytes + bounds_bytes + align256(grid_bytes)};
+  BackwardWorkspace ws{nullptr, nullptr, nullptr, delta_bytes + bounds_part + align256(grid_bytes)};
   if (base != nullptr) {  // (no pointer arithmetic on NULL when only the size is asked)
     char *c = static_cast<char *>(base);
     ws.delta = reinterpret_cast<float *>(c);
     ws.bounds = reinterpret_cast<float *>(c + delta_bytes);
-    ws.dq_grid = reinterpret_cast<int32_t *>(c + delta_bytes + bounds_bytes);
+    ws.dq_grid = reinterpret_cast<int32_t *>(c + delta_bytes + bounds_part);
   }
   return ws;
 }
