@@ -519,8 +519,12 @@ template <int E, bool SMALL, bool UNROLL = false>
 __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
-                        const int appended) {
+                        const int appended, const int early) {
   pdl_wait();
+  // OVERLAP (the dense ring or split2 follows): its blocks may start now, beside this grid; they
+  // read nothing this kernel writes before their own wait (decode_split_ring_kernel,
+  // split2_item).
+  if (early != 0) pdl_trigger();
   constexpr int D = 32 * E;
   __shared__ __align__(16) int8_t qa8[kFrontRows][D];
   __shared__ __align__(16) int8_t qb8[kFrontRows][D];
@@ -1862,8 +1866,17 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
                              const __grid_constant__ CUtensorMap bmap,
                              const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
-                             int64_t *stats, const int full_path) {
-  pdl_wait();
+                             int64_t *stats, const int full_path, const int32_t *lengths,
+                             const int early) {
+  // OVERLAP (early != 0: the front triggered its dependents at its start, so this grid may run
+  // beside it): before its wait the kernel reads only what the step's front does not write (the
+  // requests' lengths from `lengths`: the append's new lengths when the step appends, which the
+  // front only copies into the cache; the page table; the cache's rows), so the producer streams
+  // its first item's first stages while the front computes Z; the consumers wait before their first
+  // read of the front's output, the producer before its first use of the item counter (the front
+  // resets it). Else everything waits here, as before. Scheduling only: the same sums in the same
+  // order.
+  if (early == 0) pdl_wait();
   using namespace hopper;
   constexpr int D = 64 * NP;
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
@@ -1935,7 +1948,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       x.hk = gh % c.n_kv_heads;
       x.b = gh / c.n_kv_heads;
     }
-    const int32_t L = c.lengths[x.b];
+    const int32_t L = lengths[x.b];
     x.s0 = x.s * kSplitKeys;
     x.s1 = min(L, x.s0 + kSplitKeys);
     return x;
@@ -1961,7 +1974,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // s_first: the requests' item counts (KV heads x splits with keys), loaded by every thread
     // (the lengths' loads in parallel), then scanned in place by warp 0, 32 requests per round.
     for (int b = tid; b < c.batch; b += kRingThreads) {
-      const int32_t L = c.lengths[b];
+      const int32_t L = lengths[b];
       s_first[b + 1] = L > 0 ? (L + kSplitKeys - 1) / kSplitKeys * c.n_kv_heads : 0;
     }
     __syncthreads();
@@ -1990,13 +2003,18 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // items from ws.ring_next (reset by the front) until none is left, so that the blocks that
     // go faster take more of them, and the next item's chunks stream in while the consumers
     // finish the current one.
+    // Block x's first item is x; fetching blocks then take items gridDim.x, gridDim.x + 1, ...
+    // from the counter (so that the first item needs no counter: OVERLAP streams it before the
+    // wait).
     uint32_t gci = 0;  // chunks over the block's items: the ring's stage and round
     int it = blockIdx.x;
-    if (fetch) it = __shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(ws.ring_next, 1) : 0, 0);
+    bool first = early != 0;
     while (it < n_items) {
-      // The next item's fetch, issued now: its latency overlaps this item's chunks.
+      // The next item's fetch, issued at the item's start: its latency overlaps this item's
+      // chunks. OVERLAP's first item: at its end, after the wait (the front resets the counter).
       int next = n_items;
-      if (fetch && lane == 0) next = atomicAdd(ws.ring_next, 1);
+      if (fetch && !first && lane == 0)
+        next = static_cast<int>(gridDim.x) + atomicAdd(ws.ring_next, 1);
       const Item cur = item_at(it);
       for (int32_t j0 = cur.s0; j0 < cur.s1; j0 += kChunk, ++gci) {
         const int st = static_cast<int>(gci % ST);
@@ -2022,6 +2040,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
           tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
         }
       }
+      if (fetch && first) {
+        pdl_wait();
+        if (lane == 0) next = static_cast<int>(gridDim.x) + atomicAdd(ws.ring_next, 1);
+      }
+      first = false;
       it = fetch ? __shfl_sync(0xffffffffu, next, 0) : n_items;
     }
     // The end: one more stage, without data, whose header tells the consumers so.
@@ -2047,6 +2070,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // addresses from lanes 0-15 (ldmatrix .x2).
   const uint32_t b_base =
       smem_u32(wop) + static_cast<uint32_t>(((lane & 7) * kWRow + 8 * ((lane >> 3) & 1)) * 2);
+  pdl_wait();        // (OVERLAP) before the first read of the front's output (else done above)
   uint32_t gci = 0;  // chunks over the block's items, as the producer counts them
   for (;;) {
     // The next item, from the header of the stage that holds its first chunk (the wait is
@@ -2917,7 +2941,7 @@ namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
                             const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
-                            const Ws, const int, int64_t *, const int);
+                            const Ws, const int, int64_t *, const int, const int32_t *, const int);
 template <int NP, bool F16>
 RingKernel ring_kernel_rb(int nrb, int stages) {
   if (nrb <= 1)
@@ -3029,8 +3053,22 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                     : (small ? decode_front_kernel<4, true> : decode_front_kernel<4, false>))
           : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
+  const bool ring = split_ring_supported(c, p);
+  const bool screen = !ring && split_screen_supported(c, p);
+  // The split grid holds more than four blocks per SM (split2's form: decode_split2.cuh). The
+  // grid follows the cache's capacity (max_len), not the lengths, which the host does not read.
+  const bool big = static_cast<int64_t>(w.splits) * groups > 4 * static_cast<int64_t>(sm_count());
+  const Split2Plan plan2 = split2_plan(c, p, big);
+  const bool split2 = !ring && !screen && plan2.on;
+  // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
+  // of the cache while the front computes Z and wait only before reading its output
+  // (decode_split_ring_kernel, split2_item). FOLD_DECODE_OVERLAP=0 (read per call) turns it off,
+  // for A/B runs; without PDL it does nothing. Scheduling only: the same bits.
+  const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
+  // The lengths those kernels read before their wait: the append's, which the front publishes.
+  const int32_t *lengths = appended ? w.newlen : c.lengths;
   launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
-           cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0);
+           cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0, early);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
   const auto split = plain_split_kernel<false>(c.head_dim, mma);
@@ -3046,7 +3084,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        static_cast<int>(combine_smem), "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
-  const bool ring = split_ring_supported(c, p);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
   if (ring && stages == 4 && !stages_forced) {
@@ -3064,12 +3101,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
-  const bool screen = !ring && split_screen_supported(c, p);
-  // The split grid holds more than four blocks per SM (split2's form: decode_split2.cuh). The
-  // grid follows the cache's capacity (max_len), not the lengths, which the host does not read.
-  const bool big = static_cast<int64_t>(w.splits) * groups > 4 * static_cast<int64_t>(sm_count());
-  const Split2Plan plan2 = split2_plan(c, p, big);
-  const bool split2 = !ring && !screen && plan2.on;
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
   const Split2Kernel split2_k =
       split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16) : nullptr;
@@ -3155,13 +3186,13 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
              blocks < items ? smem_fetch : smem_ring, stream, pdl,
              "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats,
-             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0);
+             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early);
   } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)
     launch_k(split2_k, split_grid, dim3(kThreads), smem2, stream, pdl,
-             "decode_split2_kernel launch", c, p, ws, stats);
+             "decode_split2_kernel launch", c, p, ws, stats, lengths);
   else
     launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
              p, ws, out, lse, 0, stats, 0);

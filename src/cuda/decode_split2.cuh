@@ -161,13 +161,17 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
 template <int NP, bool SA, bool WIDE, int RB, bool F16>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
-                                            const int s, const int hk, const int b) {
+                                            const int s, const int hk, const int b,
+                                            const int32_t *lengths) {
   constexpr int D = 64 * NP;
   constexpr int VR = pv_vrow(D, true);
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
-  const int32_t L = c.lengths[b];
+  // Before the wait below (the front may still run: OVERLAP) only what the front does not write:
+  // the lengths (`lengths`: the append's new lengths when the step appends), the page table, the
+  // cache's rows. The front's output (q planes, sq, Z) after it.
+  const int32_t L = lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
   if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
@@ -222,17 +226,6 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // registers across the loop (ptxas spilled it, once before and after the loop, where the
   // loop's registers reached the launch bound).
   if (tid == 0) s_row0 = row0;  // (read after the loop's barriers)
-  load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
-  for (int g = tid; g < G; g += kThreads) {
-    const float z = ws.z[row0 + g];
-    rowc[4 * g] = ws.sq[row0 + g];
-    rowc[4 * g + 1] = z;
-    rowc[4 * g + 2] = sub_rn(z, p.depth);
-    rowc[4 * g + 3] = sub_rn(z, p.refine_band);
-    ts[g] = 0.0f;
-    tlse[g] = 0.0f;
-    cut[g] = 0.0f;
-  }
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
   for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
 
@@ -303,6 +296,20 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   } else {
     load_a(0, ka[0], true);
     load_a(1, ka[1], true);
+  }
+  // The front's output: its q planes, sq and Z (OVERLAP: the first step's plane A, the scales and
+  // the page rows are in flight meanwhile).
+  pdl_wait();
+  load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
+  for (int g = tid; g < G; g += kThreads) {
+    const float z = ws.z[row0 + g];
+    rowc[4 * g] = ws.sq[row0 + g];
+    rowc[4 * g + 1] = z;
+    rowc[4 * g + 2] = sub_rn(z, p.depth);
+    rowc[4 * g + 3] = sub_rn(z, p.refine_band);
+    ts[g] = 0.0f;
+    tlse[g] = 0.0f;
+    cut[g] = 0.0f;
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -642,14 +649,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
-                         int64_t *stats) {
-  pdl_wait();
-  split2_item<NP, SA, WIDE, RB, F16>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+                         int64_t *stats, const int32_t *lengths) {
+  // (split2_item waits for the front once its first loads are in flight.)
+  split2_item<NP, SA, WIDE, RB, F16>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z,
+                                     lengths);
   pdl_trigger();
 }
 
-using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws,
-                              int64_t *);
+using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws, int64_t *,
+                              const int32_t *);
 
 // The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80
 // registers, no spills; 22% faster than two at large batch), two at D 128 (120 registers;

@@ -332,6 +332,35 @@ def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob,
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 23, set_arm, monkeypatch)
 
 
+@pytest.mark.parametrize("depth", [None, 16.0])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G",
+    [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3), (torch.bfloat16, 128, 1, 16)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16"],
+)
+def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
+    # The dense ring and split2 start beside the front (the default; FOLD_DECODE_OVERLAP=0 waits
+    # for the front's end): they read the lengths (the append's new ones when the step appends),
+    # the page table and the cache before their wait, the front's output after it. Scheduling
+    # only: output, LSE and read statistics bit for bit with and without, for an attend and two
+    # steps that append (ragged lengths, empty and free requests; depth 16 runs split2 at G 3 / 4
+    # and the dense ring at G 16, the planner's choice there).
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=29, dtype=dtype)
+    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth)
+              for _ in range(2)]
+    _fill(caches, k, v, RAGGED, chunks=2)
+    runs = []
+    for arm, cache in enumerate(caches):
+        monkeypatch.setenv("FOLD_DECODE_OVERLAP", "10"[arm])
+        runs.append([_step(cache, q)] + [_step(cache, q, ks, vs) for ks, vs in steps])
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 def test_decode_l2_promotion_setting_is_checked(monkeypatch):
     # FOLD_DECODE_L2PROMO takes 0, 64, 128 or 256: anything else is refused with a message that
     # names it (never read as some granule), and the cache still attends afterwards.
