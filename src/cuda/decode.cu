@@ -2008,20 +2008,31 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // wait).
     uint32_t gci = 0;  // chunks over the block's items: the ring's stage and round
     int it = blockIdx.x;
-    bool first = early != 0;
+    bool waited = early == 0;
     while (it < n_items) {
-      // The next item's fetch, issued at the item's start: its latency overlaps this item's
-      // chunks. OVERLAP's first item: at its end, after the wait (the front resets the counter).
+      // The next item's fetch, issued at the item's start (its latency overlaps this item's
+      // chunks), or, before the wait (OVERLAP: the first item), at its first wait for a stage.
       int next = n_items;
-      if (fetch && !first && lane == 0)
-        next = static_cast<int>(gridDim.x) + atomicAdd(ws.ring_next, 1);
+      bool asked = false;
+      const auto ask = [&]() {
+        if (fetch) {
+          if (!waited) pdl_wait();
+          waited = true;
+          if (lane == 0) next = static_cast<int>(gridDim.x) + atomicAdd(ws.ring_next, 1);
+        }
+        asked = true;
+      };
+      if (waited) ask();
       const Item cur = item_at(it);
       for (int32_t j0 = cur.s0; j0 < cur.s1; j0 += kChunk, ++gci) {
         const int st = static_cast<int>(gci % ST);
         const uint32_t round = gci / ST;
         // The page table's read before the wait: its latency overlaps the consumers' work.
         const int64_t r = key_row(c, cur.b, cur.hk, j0);
-        if (gci >= ST) producer_wait(&empty[st], (round - 1u) & 1u);
+        if (gci >= ST) {
+          if (!asked) ask();
+          producer_wait(&empty[st], (round - 1u) & 1u);
+        }
         unsigned char *dst = ring + st * SB;
         if (lane == 0) {
           // Every copy is a TMA box of 64 rows (the chunk's page rows past nk, or zeros past the
@@ -2040,11 +2051,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
           tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
         }
       }
-      if (fetch && first) {
-        pdl_wait();
-        if (lane == 0) next = static_cast<int>(gridDim.x) + atomicAdd(ws.ring_next, 1);
-      }
-      first = false;
+      if (!asked) ask();
       it = fetch ? __shfl_sync(0xffffffffu, next, 0) : n_items;
     }
     // The end: one more stage, without data, whose header tells the consumers so.
