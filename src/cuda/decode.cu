@@ -3070,7 +3070,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
   // (decode_split_ring_kernel, split2_item). FOLD_DECODE_OVERLAP=0 (read per call) turns it off,
-  // for A/B runs; without PDL it does nothing. Scheduling only: the same bits.
+  // for A/B runs (the front then triggers at its end; split2 keeps its loads before its wait,
+  // which then overlap nothing); without PDL it does nothing. Scheduling only: the same bits.
   const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;

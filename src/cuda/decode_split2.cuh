@@ -173,7 +173,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // cache's rows. The front's output (q planes, sq, Z) after it.
   const int32_t L = lengths[b];
   const int32_t s0 = s * kSplitKeys;
-  if (s0 >= L) return;
+  if (s0 >= L) {
+    // A split without keys waits too: if no block of the grid waited (every request empty), the
+    // grid could end before the front, and the kernels after it (which wait only for this one)
+    // would run beside the front's resets.
+    pdl_wait();
+    return;
+  }
   if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
   const int32_t s1 = min(L, s0 + kSplitKeys);
   const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;

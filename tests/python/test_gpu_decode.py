@@ -332,21 +332,28 @@ def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, blocks, knob,
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 23, set_arm, monkeypatch)
 
 
+@pytest.mark.parametrize("blocks", ["-", "3"])
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G",
     [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3), (torch.bfloat16, 128, 1, 16)],
     ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16"],
 )
-def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
-    # The dense ring and split2 start beside the front (the default; FOLD_DECODE_OVERLAP=0 waits
-    # for the front's end): they read the lengths (the append's new ones when the step appends),
-    # the page table and the cache before their wait, the front's output after it. Scheduling
-    # only: output, LSE and read statistics bit for bit with and without, for an attend and two
-    # steps that append (ragged lengths, empty and free requests; depth 16 runs split2 at G 3 / 4
-    # and the dense ring at G 16, the planner's choice there).
+def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, blocks, monkeypatch):
+    # The dense ring and split2 start beside the front (the default; FOLD_DECODE_OVERLAP=0: the
+    # front triggers them at its end): they read the lengths (the append's new ones when the step
+    # appends), the page table and the cache before their wait, the front's output after it.
+    # Scheduling only: output, LSE and read statistics bit for bit with and without, for an
+    # attend and two steps that append, each step with other query rows (so that q planes, sq
+    # and Z read too early would differ), on ragged lengths with empty and free requests; depth
+    # 16 runs split2 at G 3 / 4 and the dense ring at G 16 (the planner's choice there);
+    # blocks "3": the ring's blocks fetch items from the counter (several items per block).
+    monkeypatch.setenv("FOLD_DECODE_PDL", "1")
+    if blocks != "-":
+        monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
     B = len(RAGGED)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=29, dtype=dtype)
+    qs = [q, q.roll(1, dims=1), q.roll(2, dims=1)]
     steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
     caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth)
               for _ in range(2)]
@@ -354,7 +361,8 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
     runs = []
     for arm, cache in enumerate(caches):
         monkeypatch.setenv("FOLD_DECODE_OVERLAP", "10"[arm])
-        runs.append([_step(cache, q)] + [_step(cache, q, ks, vs) for ks, vs in steps])
+        appends = [_step(cache, qi, ks, vs) for qi, (ks, vs) in zip(qs[1:], steps)]
+        runs.append([_step(cache, qs[0])] + appends)
     for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
         assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
         assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
