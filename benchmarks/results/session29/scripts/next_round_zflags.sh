@@ -10,9 +10,13 @@
 # batch the front runs in two waves (~37-44 us at B128 L4K, notes/decode.md section 33), so the
 # ring stalls for most of the second wave. With ZFLAGS the front resets the item counter and its
 # rows' flags before it lets the ring start, sets each row's flag (release, GPU scope) once the
-# row's q planes, sq and Z are written; the ring's producer polls the item's rows (acquire) before
-# handing the item's first stage over; the ring waits for the front's completion only at its
-# end (so the combine and pass 1 still follow the front).
+# row's q planes, sq and Z are written; the ring's producer issues an item's first stage's copies,
+# polls the item's rows (acquire), then arrives on that stage (expect_tx first, the arrival after
+# the poll), so the copies fly while it polls; items without keys are not polled; the ring waits
+# for the front's completion only at its end (so the combine and pass 1 still follow the front).
+# A read-only review (session 29) found a hang in the first version (empty items polled in the
+# one-block-per-item grid: the front sets no flag for a request without keys) and that the first
+# version gave up OVERLAP's early stages; both fixed in this patch (compiled only).
 # Prediction: B128 L4K dense -2 to -4% (up to half the front's time), B32 -1%, B1 unchanged
 # (its front is one wave); the same bits (hashes, the decode suite with ZFLAGS=1).
 # Compile-time cost: 4-byte spills in the SMALL front instances at D 64 / 128 (64-register bound;
