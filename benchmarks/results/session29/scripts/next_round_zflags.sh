@@ -10,7 +10,8 @@
 # batch the front runs in two waves (~37-44 us at B128 L4K, notes/decode.md section 33), so the
 # ring stalls for most of the second wave. With ZFLAGS the front resets the item counter and its
 # rows' flags before it lets the ring start, sets each row's flag (release, GPU scope) once the
-# row's q planes, sq and Z are written; the ring's producer issues an item's first stage's copies,
+# row's q planes, sq and Z are written (by the warp that wrote them), and resets the group's
+# read counters at its start instead of its end; the ring's producer issues an item's first stage's copies,
 # polls the item's rows (acquire), then arrives on that stage (expect_tx first, the arrival after
 # the poll), so the copies fly while it polls; items without keys are not polled; the ring waits
 # for the front's completion only at its end (so the combine and pass 1 still follow the front).
@@ -19,10 +20,8 @@
 # version gave up OVERLAP's early stages; both fixed in this patch (compiled only).
 # Prediction: B128 L4K dense -2 to -4% (up to half the front's time), B32 -1%, B1 unchanged
 # (its front is one wave); the same bits (hashes, the decode suite with ZFLAGS=1).
-# Compile-time cost: 4-byte spills in the SMALL front instances at D 64 / 128 (64-register bound;
-# main: only the D 128 non-SMALL one), on the default path too: part of what to measure (the B1
-# arms of the A/B below compare within this library; against main's library run
-# scripts/decode_env_ab.py per library, as round 7 did).
+# ptxas: no new spills (the front's SMALL instances even lose main's 4-byte spill at D 128): the
+# flags are set per row by the warp that wrote it, and the group's counters reset at the start.
 #   OUT=$OUT bash benchmarks/results/session29/scripts/next_round_zflags.sh
 set -u
 cd "$(dirname "$0")/../../../.."
