@@ -20,7 +20,7 @@
 # version gave up OVERLAP's early stages; both fixed in this patch (compiled only).
 # Prediction: B128 L4K dense -2 to -4% (up to half the front's time), B32 -1%, B1 unchanged
 # (its front is one wave); the same bits (hashes, the decode suite with ZFLAGS=1).
-# ptxas: no new spills (the front's SMALL instances even lose main's 4-byte spill at D 128): the
+# ptxas: no new spills (the D 128 front even loses main's 4-byte spill in its large-batch form): the
 # flags are set per row by the warp that wrote it, and the group's counters reset at the start.
 #   OUT=$OUT bash benchmarks/results/session29/scripts/next_round_zflags.sh
 set -u
