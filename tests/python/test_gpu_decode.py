@@ -369,6 +369,26 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, blocks, monkeypatch):
         assert s0 == s1, (s0, s1)
 
 
+@pytest.mark.parametrize("depth", [None, 16.0])
+@pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3)],
+                         ids=["bf16-D128-G4", "f16-D64-G3"])
+def test_decode_all_requests_empty_matches_cpu(dtype, D, Hkv, G, depth):
+    # Every request empty or free: no split block has keys (split2's blocks then only wait for
+    # the front and return, so that the kernels after them still follow the front's resets).
+    # Repeated attends: the CPU's output, LSE and read statistics each time (the statistics are
+    # reset by the front and summed by pass 1, after the front).
+    lengths = [0, None, 0, None]
+    B = len(lengths)
+    q, k, v = synth(B, Hkv, G, D, 64, seed=31, dtype=dtype)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 1100, page_size=128, dtype=dtype, depth=depth)
+    _fill((cpu, gpu), k, v, lengths)
+    oc, lc, sc = _step(cpu, q)
+    for _ in range(3):
+        og, lg, sg = _step(gpu, q)
+        _assert_matches(oc, og, lc, lg, exact=False)
+        assert sc == sg, (sc, sg)
+
+
 def test_decode_l2_promotion_setting_is_checked(monkeypatch):
     # FOLD_DECODE_L2PROMO takes 0, 64, 128 or 256: anything else is refused with a message that
     # names it (never read as some granule), and the cache still attends afterwards.
