@@ -114,7 +114,12 @@ class FoldKVCache:
             added; the stats show every key live), on the CPU reference and the GPU alike.
             FOLD_DECODE_SCREEN=1 in the environment keeps the screen at every shape.
         v8: store V as two E4M3 planes with a power-of-two scale per (request, KV head).
-        page_size: tokens per page, a positive multiple of 64.
+        page_size: tokens per page, a positive multiple of 64. Default 256: measured on the
+            H200 against 64, 128 and 512 (same keys, graphed, interleaved), the screened
+            split (a finite depth) is 1.4-2.6% faster with 256-token pages than with 128
+            (fewer pages per split: fewer page-table reads and cut-page mean rows), the dense
+            path is unchanged (its bits do not depend on the page size) and the errors are
+            the same; 512 gains up to 1% more but raised one case's error.
         softmax_scale: defaults to 1/sqrt(head_dim).
         refine_band: plane B of K is read for keys within this many binades of Z
             (default 8); plane B of V (v8) within refine_band + 2.
@@ -135,7 +140,7 @@ class FoldKVCache:
         max_len,
         depth=16,
         v8=False,
-        page_size=128,
+        page_size=256,
         softmax_scale=None,
         refine_band=None,
         v_scale=None,

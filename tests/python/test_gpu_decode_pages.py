@@ -1,0 +1,83 @@
+"""GPU: the decode at page sizes other than 128 (64, 256, 512 tokens per page).
+
+The page size is a cache parameter (a multiple of 64): it moves where a request's keys lie in
+the pool and which keys a cut page's mean value row covers (the screen's mass correction), but
+not the order of any sum of the dense path (its splits and 64-key chunks start at multiples of
+64 tokens, so a chunk never spans two pages). So:
+- at every page size the CUDA cache holds the CPU's bits and a step matches the CPU reference
+  (bit for bit, or within one rounding on the tensor-core path), statistics included;
+- with depth None the output and LSE bits do not depend on the page size (CPU and GPU).
+Skipped without a CUDA device or a CUDA build (the CPU half of the second test runs anywhere).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fold_attention as fa
+
+from decode_helpers import synth
+from helpers import gpu_ready
+# The CPU / CUDA comparison helpers of the main decode GPU tests (the same contract: bit for bit,
+# or within one output rounding and 1e-5 in the LSE on the tensor-core path), and its time limit
+# (an autouse fixture: a hung kernel ends the process with the stacks dumped).
+from test_gpu_decode import _assert_matches, _assert_same_cache, _bits, _fill, _step, _time_limit  # noqa: F401
+
+_READY, _WHY = gpu_ready()
+CUDA = torch.device("cuda")
+RAGGED = [0, 1, 63, None, 513, 1300, 64, 2049]  # empty, 1, partial chunks, pages and splits, free
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _READY, reason=_WHY)
+@pytest.mark.parametrize("page", [64, 256, 512])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,depth,v8",
+    [
+        (torch.bfloat16, 128, 2, 4, None, False),  # the dense ring
+        (torch.bfloat16, 128, 2, 4, 16.0, False),  # the screened split (cut pages' means)
+        (torch.float16, 64, 3, 3, 16.0, False),  # the real model's group and head dim
+        (torch.bfloat16, 128, 1, 16, 16.0, False),  # the planner's dense choice at G 16
+        (torch.bfloat16, 64, 2, 4, 12.0, True),  # v8: the exact fma value product
+    ],
+    ids=lambda x: str(x).replace("torch.", ""),
+)
+def test_page_size_matches_cpu(page, dtype, D, Hkv, G, depth, v8):
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=5, dtype=dtype)
+    kw = dict(depth=depth, v8=v8, page_size=page, dtype=dtype)
+    cpu = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, device="cpu", **kw)
+    gpu = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, device=CUDA, **kw)
+    _fill((cpu, gpu), k, v, RAGGED, chunks=2)
+    _assert_same_cache(cpu, gpu)
+    exact = v8  # bf16 / fp16 V: the value product on the tensor cores
+    for i in range(3):  # an attend, then two steps that append (a page boundary is crossed)
+        ks = vs = None
+        if i:
+            ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
+        oc, lc, sc = _step(cpu, q, ks, vs)
+        og, lg, sg = _step(gpu, q, ks, vs)
+        _assert_matches(oc, og, lc, lg, exact)
+        assert sc == sg, (sc, sg)
+    _assert_same_cache(cpu, gpu)
+
+
+_DEVICES = ["cpu", pytest.param(CUDA, marks=[pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)])]
+
+
+@pytest.mark.parametrize("device", _DEVICES, ids=str)
+@pytest.mark.parametrize("D,Hkv,G", [(128, 2, 4), (64, 3, 3), (128, 1, 16)])
+def test_dense_bits_do_not_depend_on_page_size(device, D, Hkv, G):
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=9, dtype=torch.bfloat16)
+    results = []
+    for page in (64, 128, 256, 512):
+        c = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, depth=None, page_size=page, device=device)
+        _fill((c,), k, v, RAGGED, chunks=2)
+        results.append((page, *_step(c, q)))
+    _, o0, l0, s0 = results[0]
+    for page, o, lse, s in results[1:]:
+        assert torch.equal(_bits(o0), _bits(o)), page
+        assert torch.equal(_bits(l0), _bits(lse)), page
+        assert s0 == s, (page, s0, s)
