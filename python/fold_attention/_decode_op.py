@@ -80,15 +80,17 @@ def cache_desc(dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_su
 
 def decode_precheck_cuda(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
                          heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
-                         *_settings) -> tuple[list, int]:
+                         *_settings, desc: Optional[FoldKVCacheDesc] = None) -> tuple[list, int]:
     """The eager step's host checks of a CUDA cache in one device read
     (fold_decode_cuda_precheck): the requests' lengths as a list, and a bit mask of the inputs
     holding an inf or NaN (1: q, 2: k_step, 4: v_step, in the rows of active requests). Takes
-    the op's arguments (q, k_step, v_step, then FoldKVCache._step_buffers())."""
+    the op's arguments (q, k_step, v_step, then FoldKVCache._step_buffers()); `desc`, the
+    cache's C descriptor if the caller keeps one (else built from the buffers)."""
     batch, n_heads, D = q.shape
     n_kv_heads = k_a.shape[1]
-    desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                      heavy_keys, page_table, lengths, max_len, v_exp_fixed)
+    if desc is None:
+        desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                          heavy_keys, page_table, lengths, max_len, v_exp_fixed)
     out = (ctypes.c_int32 * batch)()
     bits = ctypes.c_int32(0)
     status = library().fold_decode_cuda_precheck(
@@ -125,16 +127,20 @@ def decode_step_into(
     depth: Optional[float],
     refine_band: float,
     v_refine_band: float,
+    desc: Optional[FoldKVCacheDesc] = None,
 ) -> None:
     """q (batch, n_heads, D) contiguous; k_step/v_step None or (batch, n_kv_heads, D)
     contiguous; the cache buffers as FoldKVCache holds them. Writes out (batch, n_heads, D),
     contiguous in q's dtype, and the natural-log LSE (batch, n_heads), contiguous float32; stats
     receives the FOLD_DECODE_CUDA_STATS counters. (decode_step_cuda writes the caller's buffers
-    with it: no copy kernels in a captured step.)"""
+    with it: no copy kernels in a captured step.) `desc`: the cache's C descriptor, if the caller
+    keeps one (FoldKVCache builds it once: its buffers never move), else built from the buffers
+    (~14 pointer queries and a ctypes structure: ~10 us of host time per call)."""
     batch, n_heads, D = q.shape
     n_kv_heads = k_a.shape[1]
-    desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                      heavy_keys, page_table, lengths, max_len, v_exp_fixed)
+    if desc is None:
+        desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                          heavy_keys, page_table, lengths, max_len, v_exp_fixed)
     params = FoldDecodeParams(
         n_heads=n_heads,
         softmax_scale=softmax_scale,

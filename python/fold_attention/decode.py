@@ -24,7 +24,7 @@ import os
 import torch
 
 from . import _lib
-from ._decode_op import decode_precheck_cuda, decode_step_impl, decode_step_into, decode_step_op
+from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -226,7 +226,9 @@ class FoldKVCache:
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
         self._pages_host = [[-1] * self.pages_per_request for _ in range(self.batch)]
+        self._reserved = [0] * self.batch  # request b holds logical pages 0 .. _reserved[b] - 1
         self._last_stats: dict | None = None
+        self._cdesc: FoldKVCacheDesc | None = None  # _c_desc()
         self._stats_pending = False
         # The step's workspace (CUDA) and counters, made once, so that every step (and a
         # captured graph, or a compiled step) uses the same buffers.
@@ -275,19 +277,20 @@ class FoldKVCache:
 
     def _reserve(self, b: int, length: int) -> None:
         """Gives request b pages for tokens [0, length). The page table changes only here
-        and in release (never on the device), so a host copy answers without a sync."""
+        and in release (never on the device), so a host copy answers without a sync. A
+        request's pages are always its first `_reserved[b]` logical pages, so a step costs
+        one comparison unless it opens a page (not a walk over the request's pages)."""
         needed = -(-length // self.page_size)
+        have = self._reserved[b]
+        if needed <= have:
+            return
+        if len(self._free_pages) < needed - have:  # cannot happen: the pool holds every slot's pages
+            raise RuntimeError("FoldKVCache: the page pool is exhausted")
         row = self._pages_host[b]
-        fresh = []
-        for i in range(needed):
-            if row[i] < 0:
-                if not self._free_pages:  # cannot happen: the pool holds every slot's pages
-                    raise RuntimeError("FoldKVCache: the page pool is exhausted")
-                row[i] = self._free_pages.pop()
-                fresh.append(i)
-        if fresh:
-            self.page_table[b, fresh[0]:fresh[-1] + 1] = torch.tensor(
-                row[fresh[0]:fresh[-1] + 1], dtype=torch.int32)
+        for i in range(have, needed):
+            row[i] = self._free_pages.pop()
+        self._reserved[b] = needed
+        self.page_table[b, have:needed] = torch.tensor(row[have:needed], dtype=torch.int32)
 
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
@@ -328,6 +331,7 @@ class FoldKVCache:
         pages = [p for p in self._pages_host[b] if p >= 0]
         self._free_pages.extend(reversed(pages))
         self._pages_host[b] = [-1] * self.pages_per_request
+        self._reserved[b] = 0
         self.page_table[b].fill_(-1)
         self.lengths[b] = -1
         self.heavy_keys[b].fill_(-1)
@@ -346,7 +350,8 @@ class FoldKVCache:
             raise ValueError(f"{fn}: {name} must be 3-D (tokens, heads, head_dim), got shape {tuple(x.shape)}")
         if x.dtype != self.dtype:
             raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {self.dtype}")
-        _require_cpu(x.device, name, fn, self.device)
+        if x.device != self.device:  # (on the cache's own device: accepted, as _require_cpu would)
+            _require_cpu(x.device, name, fn, self.device)
         if x.shape[1] != heads or x.shape[2] != self.head_dim:
             raise ValueError(
                 f"{fn}: {name} must have shape (tokens, {heads}, {self.head_dim}), got {tuple(x.shape)}"
@@ -492,10 +497,23 @@ class FoldKVCache:
         torch.compile and dispatched when an input requires grad (autograd then refuses to
         backpropagate through it rather than cutting the graph silently); otherwise its
         implementation is called directly (the dispatch costs ~40 us of host time per step)."""
-        op = decode_step_op if _needs_op(q, k, v) else decode_step_impl
-        out, lse = op(q, k, v, *self._step_buffers())
+        if _needs_op(q, k, v):
+            out, lse = decode_step_op(q, k, v, *self._step_buffers())
+        else:
+            # decode_step_impl's work, with the C descriptor this cache keeps.
+            B, H, D = q.shape
+            out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
+            lse = torch.empty((B, H), dtype=torch.float32, device=q.device)
+            decode_step_into(out, lse, q, k, v, *self._step_buffers(), desc=self._c_desc())
         self._stats_pending = True
         return out, lse
+
+    def _c_desc(self) -> FoldKVCacheDesc:
+        """The C descriptor of the cache's buffers, built once: the buffers are allocated in
+        the constructor and never replaced (their contents change; their addresses do not)."""
+        if self._cdesc is None:
+            self._cdesc = self._desc()
+        return self._cdesc
 
     def _step_buffers(self) -> tuple:
         """The op's arguments after q, k_step, v_step: the cache's buffers and settings."""
@@ -533,7 +551,8 @@ def _step_rows(x, name: str, fn: str, cache: FoldKVCache, heads: int) -> tuple[t
     x = require_tensor(x, name, fn)
     if x.dtype != cache.dtype:
         raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {cache.dtype}")
-    _require_cpu(x.device, name, fn, cache.device)
+    if x.device != cache.device:  # (on the cache's own device: accepted, as _require_cpu would)
+        _require_cpu(x.device, name, fn, cache.device)
     shape = (cache.batch, heads, cache.head_dim)
     if x.dim() == 4 and x.shape[1] == 1:
         four = True
@@ -592,7 +611,7 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         # the lengths read, then one torch test over the inputs (the C++ reference tests q).
         precheck = cache.is_cuda and os.environ.get("FOLD_DECODE_PRECHECK", "1") != "0"
         if precheck:
-            lengths, nonfinite = decode_precheck_cuda(q, k, v, *cache._step_buffers())
+            lengths, nonfinite = decode_precheck_cuda(q, k, v, *cache._step_buffers(), desc=cache._c_desc())
         else:
             lengths, nonfinite = cache.lengths.tolist(), 0
         active = [b for b, n in enumerate(lengths) if n >= 0]
@@ -660,7 +679,7 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
         and lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device
     )
     if direct:
-        decode_step_into(out, lse, q, k, v, *cache._step_buffers())
+        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc())
         cache._stats_pending = True
         return
     o, s = cache._step(q, k, v)
