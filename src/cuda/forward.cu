@@ -910,7 +910,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         }
         take(true, tl.n_kblocks - 1);
         it += static_cast<uint32_t>(tl.n_kblocks);
-        if (slice ? scan_head : j_lo < j_hi) kv_bounds_publish<T>(mk, mv, kv_bounds, p, tl.b, tl.hk);
+        if (slice ? scan_head : j_lo < j_hi)
+          kv_bounds_publish<T>(mk, mv, kv_bounds, p, tl.b, tl.hk);
       }
     }
     return;
