@@ -119,7 +119,9 @@ class FoldKVCache:
             split (a finite depth) is 1.4-2.6% faster with 256-token pages than with 128
             (fewer pages per split: fewer page-table reads and cut-page mean rows), the dense
             path is unchanged (its bits do not depend on the page size) and the errors are
-            the same; 512 gains up to 1% more but raised one case's error.
+            the same; 512 gains up to 1% more but raised one case's error. A request's
+            capacity is whole pages (the pool holds batch x ceil(max_len / page_size)), so a
+            small max_len may prefer a smaller page.
         softmax_scale: defaults to 1/sqrt(head_dim).
         refine_band: plane B of K is read for keys within this many binades of Z
             (default 8); plane B of V (v8) within refine_band + 2.
@@ -129,6 +131,10 @@ class FoldKVCache:
         dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
         device: 'cpu' (the C++ reference) or a CUDA device (the CUDA kernels; the v8
             exponent growth and the heavy-key list run on the device too).
+
+    The buffers (k_a, k_b, k_scale, v / v_a / v_b, v_exp, v_page_sum, heavy_keys, page_table,
+    lengths) belong to the cache: read them, but change them only through its methods (the
+    kernels are given their addresses once; rebinding an attribute is not supported).
     """
 
     def __init__(
@@ -524,6 +530,13 @@ class FoldKVCache:
             self.depth, self.refine_band, self.refine_band + V_REFINE_EXTRA,
         )
 
+    def __getstate__(self) -> dict:
+        # The C descriptor holds raw pointers into this cache's buffers: a copy (deepcopy,
+        # pickle) builds its own from its own buffers.
+        state = self.__dict__.copy()
+        state["_cdesc"] = None
+        return state
+
     def __repr__(self) -> str:
         return (
             f"FoldKVCache(batch={self.batch}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -679,7 +692,10 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
         and lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device
     )
     if direct:
-        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc())
+        # (The cache's descriptor only for a q of the cache's batch and dtype: this path checks
+        # nothing, and a descriptor built from q keeps such a call to q's rows, as before.)
+        mine = q.shape[0] == cache.batch and q.dtype == cache.dtype
+        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc() if mine else None)
         cache._stats_pending = True
         return
     o, s = cache._step(q, k, v)

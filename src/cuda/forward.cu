@@ -856,14 +856,9 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       // from the stages as a third party of the pipeline: they wait for every K / V stage
       // fill, as the consumers do, and release it with one arrival per warp (the empty
       // barriers count them), so the producer refills no stage before they are done with it.
-      // Each (request, KV head)'s keys are read once, by the tiles of the group's first head.
-      // Owner form: key block j by the tile whose query block holds row j kBn (self-attention:
-      // the tile loads it), all its rows. Sliced form (trim bit 2, the default): block j's rows
-      // split over every tile that loads it (query blocks qb >= (j kBn) / kBm when causal,
-      // every one otherwise), tile qb taking slice qb - first of count - first, so each stage
-      // is held for a few rows instead of one stage per tile for a whole block.
+      // Each (request, KV head)'s keys are read once: key block j by the tile of the group's
+      // first head whose query block holds row j kBn (self-attention: the tile loads it).
       const int group = p.n_heads / p.n_kv_heads;
-      const bool slice = (trim & 2) != 0;
       const int tid = static_cast<int>(threadIdx.x) - 32;
       uint32_t it = 0;  // key blocks consumed so far (stage / parity, as the producer's)
       // (k * grid < n_tiles rather than k < rounds: with rounds live here too, the producer's
@@ -872,9 +867,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         Tile tl;
         if (!tile_of(k, tl)) continue;
         const int qb = tl.q0 / kBm;
-        const bool scan_head = tl.h % group == 0;
-        const int nq = (tl.r.len + kBm - 1) / kBm;
-        const int j_lo = scan_head && !slice ? (qb * kBm + kBn - 1) / kBn : tl.n_kblocks;
+        const int j_lo = tl.h % group == 0 ? (qb * kBm + kBn - 1) / kBn : tl.n_kblocks;
         const int j_hi = min((qb * kBm + kBm + kBn - 1) / kBn, tl.n_kblocks);
         uint32_t mk = 0, mv = 0;
         // Key block j's K or V: wait for its fill, take the maxima if the block is this tile's,
@@ -886,15 +879,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
           const uint32_t n = it + static_cast<uint32_t>(j);
           const uint32_t s = n % kStages;
           hw::mbar_wait(is_v ? &v_full[s] : &k_full[s], (n / kStages) & 1);
-          if (slice && scan_head) {
-            const int rows = min(kBn, tl.r.len - j * kBn);
-            const int first = p.causal ? j * kBn / kBm : 0;  // the first query block loading j
-            const int cnt = nq - first, i = qb - first;      // 0 <= i < cnt
-            const int r0 = i * rows / cnt, r1 = (i + 1) * rows / cnt;
-            const uint32_t tile = hw::smem_u32((is_v ? v_s : k_s) + s * C::kKvBytes);
-            uint32_t &m = is_v ? mv : mk;
-            m = tile_abs_max_rows<C::kKvBytes, C::kKvPanel, 32 * kScanWarps>(tile, r0, r1, tid, m);
-          } else if (j >= j_lo && j < j_hi) {
+          if (j >= j_lo && j < j_hi) {
             const int rows = min(kBn, tl.r.len - j * kBn);
             const uint32_t tile = hw::smem_u32((is_v ? v_s : k_s) + s * C::kKvBytes);
             uint32_t &m = is_v ? mv : mk;
@@ -910,8 +895,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         }
         take(true, tl.n_kblocks - 1);
         it += static_cast<uint32_t>(tl.n_kblocks);
-        if (slice ? scan_head : j_lo < j_hi)
-          kv_bounds_publish<T>(mk, mv, kv_bounds, p, tl.b, tl.hk);
+        if (j_lo < j_hi) kv_bounds_publish<T>(mk, mv, kv_bounds, p, tl.b, tl.hk);
       }
     }
     return;
@@ -1149,7 +1133,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   uint32_t it = 0;     // key blocks consumed so far (stage / parity, as the producer's)
   uint32_t tiles = 0;  // tiles done so far (Q parity)
   // (Not at D 256: its consumers sit at the register bound.)
-  const bool trim_on = D <= 128 && (trim & 1) != 0;
+  const bool trim_on = D <= 128 && trim != 0;
   for (uint32_t k = 0; k < rounds; ++k) {
     Tile tl;
     if (!tile_of(k, tl)) continue;
@@ -1279,12 +1263,6 @@ int env_choice(const char *name, std::initializer_list<const char *> values, int
 // call) turns them off, for A/B runs.
 bool forward_trim() { return env_choice("FOLD_FWD_TRIM", {"0", "1"}, 1) == 1; }
 
-// The scanning instance's form (kScan): FOLD_FWD_KV_SCAN "slice" (the default: each key block's
-// rows split over the tiles that load it) or "owner" (one tile per block, all its rows; session
-// 28's form). Passed as bit 2 of the kernel's `trim` word. Read at every call (A/B runs); the same
-// bits either way (a maximum does not depend on who takes it).
-bool forward_kv_scan_slice() { return env_choice("FOLD_FWD_KV_SCAN", {"owner", "slice"}, 1) == 1; }
-
 // v1.2's CTA count: FOLD_FWD_CTAS (read at every call, a positive integer) caps it, so that
 // the tests can make a few CTAs walk many tiles (the cross-tile pipeline state); unset = the
 // SM count. Scheduling only: a tile's bits never depend on which CTA runs it.
@@ -1340,7 +1318,7 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   const int64_t grid = std::min<int64_t>(all, cap > 0 ? cap : sm_count());
   kernel<<<static_cast<unsigned>(grid), (NC + 1) * hw::kWarpgroupThreads, kSmem, stream>>>(
       p, m.q.map, m.k.map, m.v.map, m.muls, out, lse, static_cast<uint32_t>(all), order,
-      (forward_trim() ? 1 : 0) | (kScan && forward_kv_scan_slice() ? 2 : 0), kv_bounds);
+      forward_trim() ? 1 : 0, kv_bounds);
   check(cudaGetLastError(), "forward kernel launch");
 }
 

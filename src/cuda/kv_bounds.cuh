@@ -75,18 +75,6 @@ __device__ __forceinline__ uint32_t tile_abs_max(uint32_t tile, int rows, int ti
   return m;
 }
 
-// max_abs16x2 over rows [r0, r1) of such a tile (0 <= r0 <= r1 <= the tile's rows), every
-// panel: the sliced scan's share of a key block (forward.cu), a few rows per stage, so the
-// loads go out as they come (each thread at most a couple per panel).
-template <int kBytes, int kPanelBytes, int kThreads>
-__device__ __forceinline__ uint32_t tile_abs_max_rows(uint32_t tile, int r0, int r1, int tid,
-                                                      uint32_t m) {
-  for (int pn = 0; pn < kBytes / kPanelBytes; ++pn)
-    for (int o = r0 * 128 + tid * 16; o < r1 * 128; o += kThreads * 16)
-      m = max_abs16x2(m, lds128(tile + pn * kPanelBytes + o));
-  return m;
-}
-
 // The warp's maxima, as bounds bits, into bounds[(b, hk)] (atomicMax; zeros are the identity
 // and are not sent). Every lane of the warp calls it.
 template <class T>

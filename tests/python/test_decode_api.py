@@ -312,3 +312,24 @@ def test_step_with_grad_inputs_is_not_silently_detached():
     assert torch.equal(out.detach().view(torch.int16), plain.view(torch.int16))
     with pytest.raises(RuntimeError):
         out.float().sum().backward()
+
+
+def test_cache_copies_after_a_step():
+    # A cache keeps its buffers' C descriptor once a step has run; a deep copy (or a pickle)
+    # must build its own from its own buffers rather than carry the original's pointers.
+    import copy
+
+    B, H, Hkv, D = 2, 4, 2, 64
+    q, k, v = synth(B, Hkv, H // Hkv, D, 40, seed=4)
+    cache = fa.FoldKVCache(B, H, Hkv, D, 64, depth=None, dtype=q.dtype)
+    for b in range(B):
+        cache.add_request()
+        cache.extend(b, k[b], v[b])
+    first = fa.fold_attn_with_kvcache(q, cache)
+    twin = copy.deepcopy(cache)
+    ks, vs = k[:, :1].contiguous(), v[:, :1].contiguous()
+    a = fa.fold_attn_with_kvcache(q, twin, ks, vs)  # appends to the copy only
+    assert cache.lengths.tolist() == [40, 40] and twin.lengths.tolist() == [41, 41]
+    assert torch.equal(fa.fold_attn_with_kvcache(q, cache).view(torch.int16), first.view(torch.int16))
+    b = fa.fold_attn_with_kvcache(q, twin)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))

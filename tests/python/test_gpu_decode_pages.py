@@ -26,7 +26,9 @@ from test_gpu_decode import _assert_matches, _assert_same_cache, _bits, _fill, _
 
 _READY, _WHY = gpu_ready()
 CUDA = torch.device("cuda")
-RAGGED = [0, 1, 63, None, 513, 1300, 64, 2049]  # empty, 1, partial chunks, pages and splits, free
+# Empty, 1, a free slot, partial chunks and splits; 255, 511 and 2047 keys cross a page boundary
+# of every tested size (256 / 512 / 2048 tokens) on the first or second appending step.
+RAGGED = [0, 1, 63, None, 511, 1300, 255, 2047]
 
 
 @pytest.mark.gpu
@@ -52,7 +54,7 @@ def test_page_size_matches_cpu(page, dtype, D, Hkv, G, depth, v8):
     _fill((cpu, gpu), k, v, RAGGED, chunks=2)
     _assert_same_cache(cpu, gpu)
     exact = v8  # bf16 / fp16 V: the value product on the tensor cores
-    for i in range(3):  # an attend, then two steps that append (a page boundary is crossed)
+    for i in range(3):  # an attend, then two steps that append (new pages opened: see RAGGED)
         ks = vs = None
         if i:
             ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)

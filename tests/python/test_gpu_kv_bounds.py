@@ -98,8 +98,7 @@ def _check(q, k, v, causal, cu, what):
 
 
 PATHS = {
-    "scan": {},  # the sliced scan (default): each key block's rows over the tiles that load it
-    "owner": {"FOLD_FWD_KV_SCAN": "owner"},  # one tile per key block, all its rows
+    "scan": {},
     "pass": {"FOLD_FWD_KV_BOUNDS": "pass"},
     "stg": {"FOLD_FWD_EPI": "stg"},
     "v1.1": {"FOLD_FWD_VARIANT": "v1.1"},
@@ -121,7 +120,7 @@ def test_forward_bounds_dense(dtype, D, path, monkeypatch):
         _check(q, k, v, causal, None, f"dense {path} causal={causal} ({B},{S},{H}/{Hkv},{D})")
 
 
-@pytest.mark.parametrize("path", ["scan", "owner", "pass", "2ctas"])
+@pytest.mark.parametrize("path", ["scan", "pass", "2ctas"])
 @pytest.mark.parametrize("D", DIMS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_bounds_varlen(dtype, D, path, monkeypatch):
@@ -142,7 +141,7 @@ def test_forward_bounds_varlen(dtype, D, path, monkeypatch):
         _check(q, k, v, causal, cu, f"varlen {path} causal={causal} D={D}")
 
 
-@pytest.mark.parametrize("path", ["scan", "owner", "pass"])
+@pytest.mark.parametrize("path", ["scan", "pass"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_forward_bounds_nonfinite(dtype, path, monkeypatch):
     """inf gives inf's bits, NaN the canonical NaN, and neither leaks to another request."""
@@ -259,9 +258,9 @@ def test_forward_bounds_of_an_empty_batch_are_zeros():
 @pytest.mark.parametrize("D", (64, 128))
 def test_forward_bounds_every_row_is_scanned(D, causal):
     """The scan's coverage, row by row: one key / value row at a time holds the largest
-    magnitude (rows 0, 11, 22, ... of a 600-key request, so every key block and, with the sliced
-    scan, every tile's slice of it), and the bounds must name it. D 64 has 192-row query
-    blocks over 128-key blocks (its three-consumer kernel), D 128 128 over 128."""
+    magnitude (rows 0, 11, 22, ... of a 600-key request: every key block, its first and last
+    rows among them), and the bounds must name it. D 64 has 192-row query blocks over 128-key
+    blocks (its three-consumer kernel), D 128 128 over 128."""
     B, S, H, Hkv = 1, 600, 4, 2
     dtype = torch.bfloat16
     q = _randn((B, S, H, D), dtype, 50)
