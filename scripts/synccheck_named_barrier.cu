@@ -11,6 +11,11 @@
 //   stay3   the same, but the producer threads stay until the end (no early exit)
 //   exit2   two consumers (256-thread barrier, 384-thread block: the shape that is clean)
 //   even3   exit3 with a zeroing loop every lane runs equally often (no loop divergence)
+//   pcs3    exit3, but the third consumer reaches the named barrier through its own copy of the
+//           zeroing and barrier code (another instruction: as the forward's trimmed kIdle form,
+//           whose consumer runs another instantiation of run_tile than the busy ones)
+//   pcs3na  pcs3 with the non-aligned barrier.sync (defined for threads reaching it from
+//           different instructions; bar.sync is barrier.sync.aligned)
 // Build: nvcc -arch=sm_90a -O3 -o synccheck_named_barrier scripts/synccheck_named_barrier.cu
 // Run:   compute-sanitizer --tool synccheck ./synccheck_named_barrier exit3   (and the others)
 #include <cstdint>
@@ -34,7 +39,27 @@ __device__ __forceinline__ bool try_wait(uint64_t *bar, uint32_t parity) {
   return done != 0;
 }
 
-template <int NC, bool kExit, bool kEven>
+template <bool kAligned>
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  if (kAligned)
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  else
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The V tail's zeroing (rows valid .. 127 of 128-byte rows, 16-byte chunks, stride count), the
+// fence and the named barrier; kCopy only makes the compiler emit a separate copy of the code.
+template <int kCopy, bool kAligned>
+__device__ __noinline__ void tail(unsigned char *stage, int valid, int first, int count,
+                                  int chunks) {
+  for (int idx = first; idx < chunks; idx += count)
+    *reinterpret_cast<uint4 *>(stage + (valid * 128 + idx * 16 + kCopy * 0) % (128 * 128)) =
+        make_uint4(0, 0, 0, 0);
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  named_sync<kAligned>(1, count);
+}
+
+template <int NC, bool kExit, bool kEven, bool kPcs = false, bool kAligned = true>
 __global__ void __launch_bounds__((NC + 1) * 128, 1) reduced(int valid, int *out) {
   __shared__ __align__(16) unsigned char stage[128 * 128];
   __shared__ __align__(8) uint64_t full;
@@ -61,11 +86,18 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1) reduced(int valid, int *out
   }
   // The V tail's zeroing: rows valid .. 127 of 128-byte rows, 16-byte chunks, stride kC.
   const int chunks = kEven ? kC * 2 : (128 - valid) * 8;
-  for (int idx = t; idx < chunks; idx += kC)
-    *reinterpret_cast<uint4 *>(stage + (valid * 128 + idx * 16) % (128 * 128)) =
-        make_uint4(0, 0, 0, 0);
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  asm volatile("bar.sync 1, %0;\n" ::"r"(kC) : "memory");
+  if constexpr (kPcs) {
+    if (t >= 256)
+      tail<1, kAligned>(stage, valid, t, kC, chunks);
+    else
+      tail<0, kAligned>(stage, valid, t, kC, chunks);
+  } else {
+    for (int idx = t; idx < chunks; idx += kC)
+      *reinterpret_cast<uint4 *>(stage + (valid * 128 + idx * 16) % (128 * 128)) =
+          make_uint4(0, 0, 0, 0);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"r"(kC) : "memory");
+  }
   if (t == 0) *out = stage[valid * 128];
   if (!kExit) asm volatile("bar.sync 2, %0;\n" ::"r"(kC + 128) : "memory");
 }
@@ -87,6 +119,10 @@ int main(int argc, char **argv) {
     reduced<2, true, false><<<4, 384>>>(valid, out);
   else if (!std::strcmp(v, "even3"))
     reduced<3, true, true><<<4, 512>>>(valid, out);
+  else if (!std::strcmp(v, "pcs3"))
+    reduced<3, true, false, true, true><<<4, 512>>>(valid, out);
+  else if (!std::strcmp(v, "pcs3na"))
+    reduced<3, true, false, true, false><<<4, 512>>>(valid, out);
   else {
     std::printf("unknown variant %s\n", v);
     return 2;

@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")/../../../.."
 B=$(mktemp -d)/snb
 nvcc -arch=sm_90a -O3 -o "$B" scripts/synccheck_named_barrier.cu > "$OUT/build.txt" 2>&1
-for v in exit3 stay3 exit2 even3; do
+for v in exit3 stay3 exit2 even3 pcs3 pcs3na; do
   timeout 60 compute-sanitizer --tool synccheck --print-limit 1 "$B" $v > "$OUT/sync_$v.txt" 2>&1
   echo "== $v rc=$? $(grep -c 'Barrier error' "$OUT/sync_$v.txt") printed; $(grep 'ERROR SUMMARY' "$OUT/sync_$v.txt" | head -1)" >> "$OUT/summary.txt"
 done
