@@ -56,3 +56,80 @@ def filled_cache(k, v, lengths, H, **kw):
 
 def default_scale(D):
     return 1.0 / math.sqrt(D)
+
+
+# ---- CPU / CUDA comparisons (the GPU decode tests) ----
+
+
+def fill_requests(caches, k, v, lengths, chunks=1):
+    """Requests b = 0.. of every cache get k[b, :lengths[b]] in `chunks` extends (None: free)."""
+    for b, n in enumerate(lengths):
+        for c in caches:
+            assert c.add_request() == b
+        if n is None:
+            continue
+        cuts = [round(i * n / chunks) for i in range(chunks + 1)]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            if hi > lo:
+                for c in caches:
+                    c.extend(b, k[b, lo:hi].to(c.device), v[b, lo:hi].to(c.device))
+    for b, n in enumerate(lengths):
+        if n is None:
+            for c in caches:
+                c.release(b)
+
+
+def bits16(t):
+    """t's bits on the CPU as integers (float32 -> int32, bf16 / fp16 -> int16)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype in (torch.float32,):
+        return t.view(torch.int32)
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16)
+    return t
+
+
+CACHE_STATE = ("k_a", "k_b", "k_scale", "v", "v_a", "v_b", "v_exp", "v_page_sum", "heavy_keys", "page_table", "lengths")
+
+
+def assert_same_cache(cpu, gpu):
+    """Every buffer of the CUDA cache `gpu` holds the CPU cache's bits."""
+    torch.cuda.synchronize()
+    for name in CACHE_STATE:
+        a, b = getattr(cpu, name), getattr(gpu, name)
+        if a is None:
+            assert b is None
+            continue
+        assert torch.equal(bits16(a), bits16(b)), name
+
+
+def assert_matches_cpu(oc, og, lc, lg, exact):
+    """GPU output / LSE against the CPU reference's: bit for bit, or (exact=False) each output
+    element within one rounding of its dtype (2^-7 relative for bf16, 2^-10 for fp16) plus
+    1e-5 of the largest |output| (sums that cancel), and each finite LSE within 1e-5."""
+    if exact:
+        assert torch.equal(bits16(oc), bits16(og))
+        assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
+        return
+    rel = 2.0**-7 if oc.dtype == torch.bfloat16 else 2.0**-10
+    a, b = oc.double(), og.double()
+    scale = a.abs().max().item() if a.numel() else 0.0
+    bound = rel * a.abs() + 1e-5 * scale
+    over = (b - a).abs() > bound
+    n_diff = int((bits16(oc) != bits16(og)).sum())
+    print(f"\noutput elements that differ from the CPU's: {n_diff} of {oc.numel()}")
+    assert not over.any(), (b - a).abs()[over][:8]
+    fin = torch.isfinite(lc)
+    assert torch.equal(fin, torch.isfinite(lg))
+    assert torch.equal(lc[~fin], lg[~fin])
+    if fin.any():
+        assert (lg[fin].double() - lc[fin].double()).abs().max().item() <= 1e-5
+
+
+def step_outputs(cache, q, k=None, v=None):
+    """One fold_attn_with_kvcache step (append when k / v are given): out and LSE on the CPU,
+    and the step's statistics."""
+    dev = cache.device
+    to = lambda x: None if x is None else x.to(dev)  # noqa: E731
+    out, lse = fa.fold_attn_with_kvcache(to(q), cache, to(k), to(v), return_lse=True)
+    return out.cpu(), lse.cpu(), cache.stats()

@@ -19,6 +19,12 @@ import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 
 from decode_helpers import default_scale, floor_err, reference, rel_err, synth
+# (Shared with test_gpu_decode_pages.py; kept under this file's original names.)
+from decode_helpers import assert_matches_cpu as _assert_matches
+from decode_helpers import assert_same_cache as _assert_same_cache
+from decode_helpers import bits16 as _bits
+from decode_helpers import fill_requests as _fill
+from decode_helpers import step_outputs as _step
 from helpers import gpu_ready
 
 _READY, _WHY = gpu_ready()
@@ -47,82 +53,12 @@ def _pair(B, H, Hkv, D, max_len, **kw):
     return _make("cpu", B, H, Hkv, D, max_len, **kw), _make(CUDA, B, H, Hkv, D, max_len, **kw)
 
 
-def _fill(caches, k, v, lengths, chunks=1):
-    """Requests b = 0.. of every cache get k[b, :lengths[b]] in `chunks` extends (None: free)."""
-    for b, n in enumerate(lengths):
-        for c in caches:
-            assert c.add_request() == b
-        if n is None:
-            continue
-        cuts = [round(i * n / chunks) for i in range(chunks + 1)]
-        for lo, hi in zip(cuts[:-1], cuts[1:]):
-            if hi > lo:
-                for c in caches:
-                    c.extend(b, k[b, lo:hi].to(c.device), v[b, lo:hi].to(c.device))
-    for b, n in enumerate(lengths):
-        if n is None:
-            for c in caches:
-                c.release(b)
-
-
-def _bits(t):
-    t = t.detach().cpu().contiguous()
-    if t.dtype in (torch.float32,):
-        return t.view(torch.int32)
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16)
-    return t
-
-
-_STATE = ("k_a", "k_b", "k_scale", "v", "v_a", "v_b", "v_exp", "v_page_sum", "heavy_keys", "page_table", "lengths")
-
-
-def _assert_same_cache(cpu, gpu):
-    torch.cuda.synchronize()
-    for name in _STATE:
-        a, b = getattr(cpu, name), getattr(gpu, name)
-        if a is None:
-            assert b is None
-            continue
-        assert torch.equal(_bits(a), _bits(b)), name
-
-
 def _tensor_core_path(v8):
     # Caches with bf16 / fp16 V (every split kernel but the v8 one) compute the same weight
     # bits as the CPU reference but sum N in fp32 in another order (mma on the tensor cores)
     # and T, T_lse and the cut mass over a tree of each chunk's keys: the output matches
     # within one output rounding, not bit for bit. v8 caches keep the reference's orders.
     return not v8
-
-
-def _assert_matches(oc, og, lc, lg, exact):
-    """GPU output / LSE against the CPU reference's: bit for bit, or (exact=False) each output
-    element within one rounding of its dtype (2^-7 relative for bf16, 2^-10 for fp16) plus
-    1e-5 of the largest |output| (sums that cancel), and each finite LSE within 1e-5."""
-    if exact:
-        assert torch.equal(_bits(oc), _bits(og))
-        assert torch.equal(lc.view(torch.int32), lg.view(torch.int32))
-        return
-    rel = 2.0**-7 if oc.dtype == torch.bfloat16 else 2.0**-10
-    a, b = oc.double(), og.double()
-    scale = a.abs().max().item() if a.numel() else 0.0
-    bound = rel * a.abs() + 1e-5 * scale
-    over = (b - a).abs() > bound
-    n_diff = int((_bits(oc) != _bits(og)).sum())
-    print(f"\noutput elements that differ from the CPU's: {n_diff} of {oc.numel()}")
-    assert not over.any(), (b - a).abs()[over][:8]
-    fin = torch.isfinite(lc)
-    assert torch.equal(fin, torch.isfinite(lg))
-    assert torch.equal(lc[~fin], lg[~fin])
-    if fin.any():
-        assert (lg[fin].double() - lc[fin].double()).abs().max().item() <= 1e-5
-
-
-def _step(cache, q, k=None, v=None):
-    dev = cache.device
-    to = lambda x: None if x is None else x.to(dev)  # noqa: E731
-    out, lse = fa.fold_attn_with_kvcache(to(q), cache, to(k), to(v), return_lse=True)
-    return out.cpu(), lse.cpu(), cache.stats()
 
 
 def _compare_step(cpu, gpu, q, k=None, v=None, exact_stats=True):

@@ -12,20 +12,30 @@ Skipped without a CUDA device or a CUDA build (the CPU half of the second test r
 
 from __future__ import annotations
 
+import faulthandler
+
 import pytest
 import torch
 
 import fold_attention as fa
 
-from decode_helpers import synth
+# The CPU / CUDA comparisons of the main decode GPU tests (the same contract: bit for bit, or
+# within one output rounding and 1e-5 in the LSE on the tensor-core path).
+from decode_helpers import assert_matches_cpu, assert_same_cache, bits16, fill_requests, step_outputs, synth
 from helpers import gpu_ready
-# The CPU / CUDA comparison helpers of the main decode GPU tests (the same contract: bit for bit,
-# or within one output rounding and 1e-5 in the LSE on the tensor-core path), and its time limit
-# (an autouse fixture: a hung kernel ends the process with the stacks dumped).
-from test_gpu_decode import _assert_matches, _assert_same_cache, _bits, _fill, _step, _time_limit  # noqa: F401
 
 _READY, _WHY = gpu_ready()
 CUDA = torch.device("cuda")
+TIME_LIMIT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    # A hung kernel blocks inside a CUDA call where no Python signal can land: the watchdog
+    # thread dumps the stacks and ends the process instead.
+    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 # Empty, 1, a free slot, partial chunks and splits; 255, 511 and 2047 keys cross a page boundary
 # of every tested size (256 / 512 / 2048 tokens) on the first or second appending step.
 RAGGED = [0, 1, 63, None, 511, 1300, 255, 2047]
@@ -51,18 +61,18 @@ def test_page_size_matches_cpu(page, dtype, D, Hkv, G, depth, v8):
     kw = dict(depth=depth, v8=v8, page_size=page, dtype=dtype)
     cpu = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, device="cpu", **kw)
     gpu = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, device=CUDA, **kw)
-    _fill((cpu, gpu), k, v, RAGGED, chunks=2)
-    _assert_same_cache(cpu, gpu)
+    fill_requests((cpu, gpu), k, v, RAGGED, chunks=2)
+    assert_same_cache(cpu, gpu)
     exact = v8  # bf16 / fp16 V: the value product on the tensor cores
     for i in range(3):  # an attend, then two steps that append (new pages opened: see RAGGED)
         ks = vs = None
         if i:
             ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
-        oc, lc, sc = _step(cpu, q, ks, vs)
-        og, lg, sg = _step(gpu, q, ks, vs)
-        _assert_matches(oc, og, lc, lg, exact)
+        oc, lc, sc = step_outputs(cpu, q, ks, vs)
+        og, lg, sg = step_outputs(gpu, q, ks, vs)
+        assert_matches_cpu(oc, og, lc, lg, exact)
         assert sc == sg, (sc, sg)
-    _assert_same_cache(cpu, gpu)
+    assert_same_cache(cpu, gpu)
 
 
 _DEVICES = ["cpu", pytest.param(CUDA, marks=[pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)])]
@@ -76,10 +86,10 @@ def test_dense_bits_do_not_depend_on_page_size(device, D, Hkv, G):
     results = []
     for page in (64, 128, 256, 512):
         c = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2100, depth=None, page_size=page, device=device)
-        _fill((c,), k, v, RAGGED, chunks=2)
-        results.append((page, *_step(c, q)))
+        fill_requests((c,), k, v, RAGGED, chunks=2)
+        results.append((page, *step_outputs(c, q)))
     _, o0, l0, s0 = results[0]
     for page, o, lse, s in results[1:]:
-        assert torch.equal(_bits(o0), _bits(o)), page
-        assert torch.equal(_bits(l0), _bits(lse)), page
+        assert torch.equal(bits16(o0), bits16(o)), page
+        assert torch.equal(bits16(l0), bits16(lse)), page
         assert s0 == s, (page, s0, s)
