@@ -21,7 +21,8 @@ from ._bind import DTYPE_CODES
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
-__all__ = ["cache_desc", "decode_precheck_cuda", "decode_step_impl", "decode_step_into", "decode_step_op"]
+__all__ = ["cache_desc", "decode_precheck_cuda", "decode_step_impl", "decode_step_into", "decode_step_new",
+           "decode_step_op"]
 
 _MUTATED = (
     "k_a",
@@ -194,18 +195,24 @@ def decode_step_impl(
     refine_band: float,
     v_refine_band: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """decode_step_into, into new out / LSE tensors, returned.
+    """decode_step_into, into new out / LSE tensors, returned: the op's implementation.
+    torch.compile traces decode_step_op; eager steps call decode_step_new (the same work, with
+    the cache's own descriptor) without the op's dispatch."""
+    return decode_step_new(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                           heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
+                           softmax_scale, depth, refine_band, v_refine_band)
 
-    The op's implementation, also called directly by eager steps (FoldKVCache._step): the
-    custom-op dispatch (autograd, version counters of the twelve mutated buffers) costs
-    ~40 us of host time per step on the H200 host, and nothing in eager mode needs it.
-    torch.compile traces decode_step_op."""
+
+def decode_step_new(q, *args, desc: Optional[FoldKVCacheDesc] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """decode_step_into into new out / LSE tensors: q, then decode_step_into's arguments after
+    q (k_step, v_step, the cache's buffers and settings). Called directly by eager steps
+    (FoldKVCache._step): the custom-op dispatch (autograd, version counters of the twelve
+    mutated buffers) costs ~40 us of host time per step on the H200 host, and nothing in eager
+    mode needs it."""
     batch, n_heads, D = q.shape
     out = torch.empty((batch, n_heads, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n_heads), dtype=torch.float32, device=q.device)
-    decode_step_into(out, lse, q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                     heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
-                     softmax_scale, depth, refine_band, v_refine_band)
+    decode_step_into(out, lse, q, *args, desc=desc)
     return out, lse
 
 

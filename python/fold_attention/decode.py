@@ -24,7 +24,7 @@ import os
 import torch
 
 from . import _lib
-from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_op
+from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -506,11 +506,7 @@ class FoldKVCache:
         if _needs_op(q, k, v):
             out, lse = decode_step_op(q, k, v, *self._step_buffers())
         else:
-            # decode_step_impl's work, with the C descriptor this cache keeps.
-            B, H, D = q.shape
-            out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
-            lse = torch.empty((B, H), dtype=torch.float32, device=q.device)
-            decode_step_into(out, lse, q, k, v, *self._step_buffers(), desc=self._c_desc())
+            out, lse = decode_step_new(q, k, v, *self._step_buffers(), desc=self._c_desc())
         self._stats_pending = True
         return out, lse
 
