@@ -18,12 +18,12 @@ import sys
 
 import torch
 
-import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 from graph_timing import replay_times
 
 sys.path.insert(0, ".")  # the repository root: the protocol's problems and metrics
 from benchmarks import captures  # noqa: E402
+from benchmarks.arms.fold import build_cache  # noqa: E402
 from benchmarks.decode import capture_problem, synthetic_problem  # noqa: E402
 from benchmarks.metrics import rel_fro_error  # noqa: E402
 from benchmarks.reference import decode_reference  # noqa: E402
@@ -43,18 +43,6 @@ ROUNDS, REPS = int(arg("--rounds", "5")), int(arg("--reps", "10"))
 dev = torch.device("cuda")
 
 
-def build(p, depth, page):
-    """A cache of the given page size holding p's keys and values (one request per batch row)."""
-    B, Hkv, L, D = p.k.shape
-    H = p.q.shape[1]
-    c = fa.FoldKVCache(B, H, Hkv, D, max_len=L + 64, depth=depth, page_size=page, dtype=p.q.dtype, device=dev)
-    k = p.k.transpose(1, 2).reshape(B * L, Hkv, D)
-    v = p.v.transpose(1, 2).reshape(B * L, Hkv, D)
-    q = torch.randn(B * L, H, D, device=dev, dtype=p.q.dtype)
-    c.prefill(q, k, v, torch.arange(0, B + 1, dtype=torch.int32, device=dev) * L)
-    return c
-
-
 def run(name, p, depth, timed=True):
     B, H, D = p.q.shape
     ref = decode_reference(p.q, p.k, p.v)
@@ -62,7 +50,7 @@ def run(name, p, depth, timed=True):
     lse = torch.empty(B, H, dtype=torch.float32, device=dev)
     cells, graphs, caches = [], [], []
     for page in PAGES:
-        c = build(p, depth, page)
+        c = build_cache(p, depth, False, page_size=page)
         decode_step_cuda(c, p.q, None, None, out, lse)
         torch.cuda.synchronize()
         err = rel_fro_error(out, ref)

@@ -113,15 +113,16 @@ def _cache_stats(cache) -> Dict[str, Any]:
 
 
 def build_cache(p: DecodeProblem, depth: Optional[int], v8: bool, prefill_q: Optional[torch.Tensor] = None,
-                max_len: Optional[int] = None):
+                max_len: Optional[int] = None, page_size: Optional[int] = None):
     """A FoldKVCache holding p.k/p.v (one request per batch row, full length); its capacity
-    max_len (default the length + 64)."""
+    max_len (default the length + 64), its page size page_size (default the cache's)."""
     fa = import_fold()
     B, H, Hkv, L, D = p.batch, p.heads, p.kv_heads, p.context, p.head_dim
+    pages = {} if page_size is None else {"page_size": page_size}
     try:
         cache = fa.FoldKVCache(batch=B, n_heads=H, n_kv_heads=Hkv, head_dim=D,
                                max_len=max_len if max_len is not None else L + 64,
-                               depth=depth, v8=v8, dtype=p.q.dtype, device=p.q.device)
+                               depth=depth, v8=v8, dtype=p.q.dtype, device=p.q.device, **pages)
         k = p.k.transpose(1, 2).reshape(B * L, Hkv, D)
         v = p.v.transpose(1, 2).reshape(B * L, Hkv, D)
         q = prefill_q if prefill_q is not None else torch.randn(B * L, H, D, device=k.device, dtype=k.dtype)
