@@ -118,7 +118,12 @@ __device__ __forceinline__ void zero_v_tail(unsigned char *v_stage, int valid, i
         make_uint4(0, 0, 0, 0);
   }
   hw::fence_proxy_async();
-  hw::named_bar_sync(kVTailBarrier, count);
+  // Not bar.sync: the consumers of one tile may run different forms of it (v1.2's trimmed tiles:
+  // kFull / kHalf / kIdle, each its own inlined copy of this function), so they meet here from
+  // different instructions, which bar.sync's `.aligned` leaves undefined (compute-sanitizer's
+  // synccheck reports it, session 30 round 7 / session 31 round 1 on a reduced kernel). ptxas emits
+  // the same SASS for both forms here (cuobjdump, every forward instance, session 31).
+  hw::named_bar_sync_unaligned(kVTailBarrier, count);
 }
 
 template <int D, class Tag>

@@ -41,6 +41,12 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same barrier without `.aligned` (bar.sync is barrier.sync.aligned): for threads that reach
+// it through different instructions (e.g. different inlined copies of the same code), which the
+// aligned form leaves undefined.
+__device__ __forceinline__ void named_bar_sync_unaligned(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
