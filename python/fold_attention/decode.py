@@ -20,6 +20,7 @@ import ctypes
 import math
 import numbers
 import os
+import struct
 
 import torch
 
@@ -82,15 +83,26 @@ def _stream() -> int:
     return torch.cuda.current_stream().cuda_stream
 
 
+def _float32(x, name: str, fn: str, *, positive: bool) -> float:
+    """x as the float32 value the library will read (the C parameters are float32), checked
+    there: finite and > 0 (positive) or >= 0, so that a value that only becomes inf or 0 in
+    float32 is refused here, naming the argument, not at the first step."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a number or None, got {type(x).__name__}")
+    bound = "> 0" if positive else ">= 0"
+    try:
+        value = struct.unpack("f", struct.pack("f", float(x)))[0]
+    except (OverflowError, struct.error):
+        raise ValueError(f"{fn}: {name} must be finite and {bound} in float32, got {x!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{fn}: {name} must be finite and {bound} in float32, got {x!r}")
+    return value
+
+
 def _band(x, name: str, fn: str, default: float) -> float:
     if x is None:
         return default
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{fn}: {name} must be a number or None, got {type(x).__name__}")
-    value = float(x)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{fn}: {name} must be finite and >= 0, got {x!r}")
-    return value
+    return _float32(x, name, fn, positive=False)
 
 
 def _ptr(t: torch.Tensor | None):
@@ -155,8 +167,9 @@ class FoldKVCache:
     ):
         fn = "FoldKVCache"
         self.batch = require_int(batch, "batch", fn, minimum=1, maximum=2**31 - 1)
-        self.n_heads = require_int(n_heads, "n_heads", fn, minimum=1)
-        self.n_kv_heads = require_int(n_kv_heads, "n_kv_heads", fn, minimum=1)
+        # (The C descriptor holds these as int32.)
+        self.n_heads = require_int(n_heads, "n_heads", fn, minimum=1, maximum=2**31 - 1)
+        self.n_kv_heads = require_int(n_kv_heads, "n_kv_heads", fn, minimum=1, maximum=2**31 - 1)
         if self.n_heads % self.n_kv_heads != 0:
             raise ValueError(
                 f"{fn}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
@@ -171,14 +184,10 @@ class FoldKVCache:
             raise ValueError(f"{fn}: head_dim must be 64, 128 or 256, got {self.head_dim}")
         self.max_len = require_int(max_len, "max_len", fn, minimum=1, maximum=2**31 - 1)
         if depth is not None:
-            if isinstance(depth, bool) or not isinstance(depth, numbers.Real):
-                raise TypeError(f"{fn}: depth must be a number or None, got {type(depth).__name__}")
-            if not math.isfinite(float(depth)) or float(depth) <= 0:
-                raise ValueError(f"{fn}: depth must be finite and > 0 (or None), got {depth!r}")
-            depth = float(depth)
+            depth = _float32(depth, "depth", fn, positive=True)
         self.depth = depth
         self.v8 = require_flag(v8, "v8", fn)
-        self.page_size = require_int(page_size, "page_size", fn, minimum=64)
+        self.page_size = require_int(page_size, "page_size", fn, minimum=64, maximum=2**30)
         if self.page_size % 64 != 0:
             raise ValueError(f"{fn}: page_size must be a multiple of 64, got {self.page_size}")
         self.softmax_scale = check_softmax_scale(softmax_scale, self.head_dim, fn)
@@ -190,7 +199,10 @@ class FoldKVCache:
                 raise ValueError(f"{fn}: v_scale applies only with v8=True")
             if isinstance(v_scale, bool) or not isinstance(v_scale, numbers.Real):
                 raise TypeError(f"{fn}: v_scale must be a number or None, got {type(v_scale).__name__}")
-            value = float(v_scale)
+            try:
+                value = float(v_scale)
+            except OverflowError:
+                value = math.inf  # (an int beyond float's range: refused below)
             mant, exp = math.frexp(value) if math.isfinite(value) and value > 0 else (0.0, 0)
             if mant != 0.5 or not -120 <= exp - 1 <= 120:
                 raise ValueError(f"{fn}: v_scale must be a power of two in [2^-120, 2^120], got {v_scale!r}")
@@ -203,7 +215,10 @@ class FoldKVCache:
         self.dtype = dtype
         if not isinstance(device, (str, int, torch.device)):
             raise TypeError(f"{fn}: device must be a torch.device, str or int, got {type(device).__name__}")
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, ValueError) as e:
+            raise ValueError(f"{fn}: device {device!r} is not a valid torch device ({e})") from None
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else self.device
         _require_cpu(self.device, "the cache", fn, self.device)
@@ -679,7 +694,34 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     Pages for the appended tokens must already be reserved (add_request(length=...)) and
     every active request must have room: nothing is checked. When out / lse are contiguous
     tensors of the step's shapes and dtypes (q's, float32) on q's device, the kernels write them
-    directly (no copy kernels in a captured step); otherwise the step's results are copied in."""
+    directly (no copy kernels in a captured step); otherwise the step's results are copied in.
+    The tensors' metadata (shapes, dtypes, devices, layout) is checked, which reads nothing from
+    the device: a q, k or v that does not match the cache would make the kernels read past its
+    buffers."""
+    fn = "decode_step_cuda"
+    if not isinstance(cache, FoldKVCache):
+        raise TypeError(f"{fn}: cache must be a FoldKVCache, got {type(cache).__name__}")
+    B, H, Hk, D = cache.batch, cache.n_heads, cache.n_kv_heads, cache.head_dim
+    if (k is None) != (v is None):
+        raise ValueError(f"{fn}: pass both k and v, or neither")
+    for name, t, shape in (("q", q, (B, H, D)), ("k", k, (B, Hk, D)), ("v", v, (B, Hk, D))):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{fn}: {name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.dtype != cache.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but the cache holds {cache.dtype}")
+        if t.device != cache.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but the cache is on {cache.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{fn}: {name} must be contiguous")
+    for name, t, shape in (("out", out, (B, H, D)), ("lse", lse, (B, H))):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{fn}: {name} must have shape {shape}, got {tuple(t.shape)}")
     direct = (
         not _needs_op(q, k, v)
         and not out.requires_grad and not lse.requires_grad
@@ -688,10 +730,7 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
         and lse.shape == q.shape[:2] and lse.dtype == torch.float32 and lse.device == q.device
     )
     if direct:
-        # (The cache's descriptor only for a q of the cache's batch and dtype: this path checks
-        # nothing, and a descriptor built from q keeps such a call to q's rows, as before.)
-        mine = q.shape[0] == cache.batch and q.dtype == cache.dtype
-        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc() if mine else None)
+        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc())
         cache._stats_pending = True
         return
     o, s = cache._step(q, k, v)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .decode import FoldKVCache, fold_attn_with_kvcache
+from ._validate import require_int
 from .training import fold_attn_func, fold_attn_varlen_func
 
 NAME = "fold"
@@ -191,6 +192,21 @@ def generate(model, input_ids, max_new_tokens, depth=16, v8=False, forced=None, 
     stats of the last step). With ``forced`` (B, max_new_tokens) the given tokens are fed
     instead of the argmax (teacher forcing), to compare two configurations step by step.
     """
+    fn = "fold_attention.hf.generate"
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"{fn}: input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+    if input_ids.dim() != 2 or input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"{fn}: input_ids must be (batch >= 1, prompt >= 1), got {tuple(input_ids.shape)}")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{fn}: input_ids must hold token ids (int64 or int32), got {input_ids.dtype}")
+    max_new_tokens = require_int(max_new_tokens, "max_new_tokens", fn, minimum=1)
+    if forced is not None:
+        if not isinstance(forced, torch.Tensor):
+            raise TypeError(f"{fn}: forced must be a torch.Tensor or None, got {type(forced).__name__}")
+        want = (input_ids.shape[0], max_new_tokens)
+        if tuple(forced.shape) != want:
+            raise ValueError(f"{fn}: forced must have shape (batch, max_new_tokens) = {want}, "
+                             f"got {tuple(forced.shape)}")
     register()
     previous = model.config._attn_implementation
     model.config._attn_implementation = NAME

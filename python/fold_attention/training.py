@@ -15,7 +15,7 @@ import torch
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
 from ._device import require_cuda_kernels
-from ._validate import AttnSpec, require_flag, validate_attention
+from ._validate import SUPPORTED_DTYPES, AttnSpec, require_flag, validate_attention
 
 __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 
@@ -141,6 +141,9 @@ def _check_op_tensors(fn: str, q, k, v, cu_seqlens, out=None, dout=None, lse=Non
     functions' validation: a mismatched shape here would let the library read out of bounds."""
     varlen = cu_seqlens is not None
     nd = 3 if varlen else 4
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{fn}: q has dtype {q.dtype}; supported dtypes are torch.bfloat16, "
+                        "torch.float16 and torch.float32")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dim() != nd or x.dtype != q.dtype or x.device != q.device:
             raise ValueError(f"{fn}: {name} must be {nd}-D with q's dtype and device")

@@ -184,6 +184,19 @@ def _cache(**kw):
             marks=pytest.mark.skipif(_CUDA_DECODE, reason="CUDA decode runs here"),
         ),
         (dict(device="meta"), NotImplementedError, "meta"),
+        # Values the library reads as float32: refused where they become inf or 0 there, not at
+        # the first step; ints beyond a float, sizes beyond the C descriptor's int32, bad devices.
+        (dict(depth=1e300), ValueError, "depth"),
+        (dict(depth=3.5e38), ValueError, "depth"),
+        (dict(depth=1e-300), ValueError, "depth"),
+        (dict(depth=10**400), ValueError, "depth"),
+        (dict(refine_band=1e300), ValueError, "refine_band"),
+        (dict(refine_band=10**400), ValueError, "refine_band"),
+        (dict(v8=True, v_scale=10**400), ValueError, "v_scale"),
+        (dict(page_size=2**31), ValueError, "page_size"),
+        (dict(n_heads=2**31 + 2, n_kv_heads=2**31 + 2), ValueError, "n_heads"),
+        (dict(device=-1), ValueError, "device"),
+        (dict(device="foo"), ValueError, "device"),
     ],
     ids=lambda x: ",".join(x) if isinstance(x, dict) else str(x),
 )
@@ -285,6 +298,57 @@ def test_cache_operation_errors():
     with pytest.raises(ValueError, match="already holds"):
         cache.extend(b, k[:2], k[:2])
         cache.prefill_request(b, q[:2], k[:2], k[:2])
+
+
+def test_depth_is_kept_as_the_float32_the_library_reads():
+    assert _cache(depth=12.3).depth == torch.tensor(12.3, dtype=torch.float32).item()
+    assert _cache(refine_band=1e-300).refine_band == 0.0  # (>= 0: zero is a valid band)
+
+
+@pytest.mark.parametrize(
+    "case,exc,arg",
+    [
+        ("q_batch", ValueError, "q"),
+        ("q_dtype", TypeError, "q"),
+        ("q_strided", ValueError, "q"),
+        ("k_only", ValueError, "both"),
+        ("k_shape", ValueError, "k"),
+        ("out_shape", ValueError, "out"),
+        ("lse_shape", ValueError, "lse"),
+        ("not_cache", TypeError, "cache"),
+    ],
+)
+def test_decode_step_cuda_checks_metadata(case, exc, arg):
+    # decode_step_cuda checks nothing that needs a device read, but a q, k or v that does not
+    # match the cache would let the kernels read past its buffers (a q of another batch made the
+    # step read lengths past the cache's end): refused, naming the argument.
+    from fold_attention.decode import decode_step_cuda
+
+    cache, q, kv = _step_args()
+    k = v = None
+    out, lse = torch.empty(2, 8, 64).bfloat16(), torch.empty(2, 8)
+    if case == "q_batch":
+        q = torch.randn(3, 8, 64).bfloat16()
+    elif case == "q_dtype":
+        q = q.half()
+    elif case == "q_strided":
+        q = torch.randn(2, 64, 8).bfloat16().transpose(1, 2)
+    elif case == "k_only":
+        k = kv
+    elif case == "k_shape":
+        k = v = torch.randn(2, 8, 64).bfloat16()
+    elif case == "out_shape":
+        out = torch.empty(2, 8, 32).bfloat16()
+    elif case == "lse_shape":
+        lse = torch.empty(8, 2)
+    elif case == "not_cache":
+        cache = None
+    lengths = None if cache is None else cache.lengths.clone()
+    with pytest.raises(exc) as info:
+        decode_step_cuda(cache, q, k, v, out, lse)
+    assert arg in str(info.value), str(info.value)
+    if lengths is not None:
+        assert torch.equal(cache.lengths, lengths)
 
 
 def test_cuda_tensors_raise_not_implemented():

@@ -192,6 +192,42 @@ def test_generation_through_fold_kv_cache_matches_recomputation():
     assert free_tokens.shape == (2, 6)
 
 
+@pytest.mark.parametrize(
+    "case,exc,arg",
+    [
+        ("zero_new", ValueError, "max_new_tokens"),
+        ("negative_new", ValueError, "max_new_tokens"),
+        ("float_new", TypeError, "max_new_tokens"),
+        ("ids_1d", ValueError, "input_ids"),
+        ("empty_prompt", ValueError, "input_ids"),
+        ("float_ids", TypeError, "input_ids"),
+        ("forced_shape", ValueError, "forced"),
+    ],
+)
+def test_generate_argument_errors(case, exc, arg):
+    model = _model("sdpa", seed=3, hidden=256)
+    ids, n, forced = torch.randint(0, 97, (2, 5)), 4, None
+    if case == "zero_new":
+        n = 0
+    elif case == "negative_new":
+        n = -1
+    elif case == "float_new":
+        n = 4.0
+    elif case == "ids_1d":
+        ids = ids[0]
+    elif case == "empty_prompt":
+        ids = ids[:, :0]
+    elif case == "float_ids":
+        ids = ids.float()
+    elif case == "forced_shape":
+        forced = torch.zeros(2, 2, dtype=torch.int64)
+    previous = model.config._attn_implementation
+    with pytest.raises(exc) as info:
+        fold_hf.generate(model, ids, n, forced=forced)
+    assert arg in str(info.value), str(info.value)
+    assert model.config._attn_implementation == previous
+
+
 def _gpu_or_skip():
     from helpers import gpu_ready
 

@@ -114,6 +114,9 @@ def test_direct_op_calls_with_mismatched_tensors_are_refused():
     scale = 64 ** -0.5
     with pytest.raises(ValueError, match="do not form an attention call"):
         torch.ops.fold_attention.fwd(q, k[:, :2], v[:, :2], None, 40, True, scale)
+    for dtype in (torch.float64, torch.int32):  # (a dtype the library has no code for)
+        with pytest.raises(TypeError, match="q has dtype"):
+            torch.ops.fold_attention.fwd(q.to(dtype), k.to(dtype), v.to(dtype), None, 40, True, scale)
     out, lse = torch.ops.fold_attention.fwd(q, k, v, None, 40, True, scale)
     with pytest.raises(ValueError, match="lse must be float32"):
         torch.ops.fold_attention.bwd(q, k, v, out, out, torch.zeros(1), None, 40, True, scale)
