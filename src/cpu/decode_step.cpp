@@ -77,10 +77,13 @@ class Group {
       if (!bad.empty()) {
         cnt.fixup_rows += static_cast<int64_t>(bad.size());
         for (int g : bad) z[g] = exact_lse(g);
-        // The first pass was read too, and the fix-up screens plane A once more for its LSE.
-        cnt.bytes += first.bytes + static_cast<double>(L_) * (D_ + 2.0);
+        // The first pass was read too, and the fix-up reads both planes once more for its LSE.
+        cnt.bytes += first.bytes + static_cast<double>(L_) * (2.0 * D_ + 2.0);
         first = Counters{};
-        pass(z, first);
+        // The flagged group's second pass cuts nothing: a cut is decided on the coarse logit,
+        // and where the coarse error exceeds the depth (keys of huge norm) the cut can drop the
+        // row's heaviest key, which is what flagged it (notes/decode.md section 40).
+        pass(z, first, /*exact=*/true);
       }
     }
     cnt.keys += first.keys;
@@ -189,14 +192,17 @@ class Group {
     return fine_logit(iaa_[i], iba_[i], ab, bb, logit_multiplier(sq_[g], sk, 16 + log2d_));
   }
 
-  // Z = the row's LSE over the coarse logits of all keys (the guard's fix-up): max, then
-  // the sum of 2^(s_A - max) in key order.
+  // Z = the row's LSE over the fine logits of all keys (the guard's fix-up): max, then the sum
+  // of 2^(s - max) in key order. (Fine, not coarse: the row's heaviest key then weighs 2^0,
+  // whatever the coarse error; session 31 found coarse errors of 128 binades on huge keys.)
   float exact_lse(int g) const {
-    const float *s = &sa_[static_cast<size_t>(g) * L_];
+    std::vector<float> s(static_cast<size_t>(L_));
+    for (int32_t j = 0; j < L_; ++j) s[static_cast<size_t>(j)] = fine(g, j);
     float m = s[0];
-    for (int32_t j = 1; j < L_; ++j) m = std::max(m, s[j]);
+    for (int32_t j = 1; j < L_; ++j) m = std::max(m, s[static_cast<size_t>(j)]);
     float sum = 0.0f;
-    for (int32_t j = 0; j < L_; ++j) sum = add_rn(sum, exp2_fp(sub_rn(s[j], m)));
+    for (int32_t j = 0; j < L_; ++j)
+      sum = add_rn(sum, exp2_fp(sub_rn(s[static_cast<size_t>(j)], m)));
     return add_rn(m, log2_fp(sum));
   }
 
@@ -210,13 +216,15 @@ class Group {
   }
 
   // Verdicts, splits and the additive combine for the given Z per row.
-  void pass(const std::vector<float> &z, Counters &cnt) {
+  // exact: every key live and refined (the guard's second pass).
+  void pass(const std::vector<float> &z, Counters &cnt, bool exact = false) {
     const bool dense = p_.dense != 0;
     std::vector<float> thr_live(G_), thr_ref(G_), thr_vref(G_);
+    const float none = -std::numeric_limits<float>::infinity();
     for (int g = 0; g < G_; ++g) {
-      thr_live[g] = sub_rn(z[g], p_.depth);
-      thr_ref[g] = sub_rn(z[g], p_.refine_band);
-      thr_vref[g] = sub_rn(z[g], p_.v_refine_band);
+      thr_live[g] = exact ? none : sub_rn(z[g], p_.depth);
+      thr_ref[g] = exact ? none : sub_rn(z[g], p_.refine_band);
+      thr_vref[g] = exact ? none : sub_rn(z[g], p_.v_refine_band);
     }
     int32_t vexp = 0;
     if (c_.v8) {

@@ -1328,9 +1328,13 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     const float z = ws.z[row0 + g];
     sq[g] = ws.sq[row0 + g];
     zr[g] = z;
-    thr_live[g] = sub_rn(z, p.depth);
-    thr_ref[g] = sub_rn(z, p.refine_band);
-    thr_vref[g] = sub_rn(z, p.v_refine_band);
+    // Pass 1 (a flagged group) cuts nothing: every key live and refined, as the CPU reference's
+    // second pass (decode_step.cpp; a cut decided on a coarse logit far off the fine one can drop
+    // the row's heaviest key, notes/decode.md section 40).
+    const float none = __uint_as_float(0xff800000u);
+    thr_live[g] = pass == 1 ? none : sub_rn(z, p.depth);
+    thr_ref[g] = pass == 1 ? none : sub_rn(z, p.refine_band);
+    thr_vref[g] = pass == 1 ? none : sub_rn(z, p.v_refine_band);
     ts[g] = 0.0f;
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
@@ -2750,7 +2754,7 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
   }
 }
 
-// ---- guard fix-up: Z = the exact LSE over the coarse logits, for flagged rows -----------
+// ---- guard fix-up: Z = the exact LSE over the fine logits, for flagged rows -------------
 
 // Z of the flagged rows of group (b, hk), recomputed (pass 1, by every split block of the group
 // before its split: each computes the same bits, writes them to ws.z and then reads its own
@@ -2774,16 +2778,19 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
     }
     __syncthreads();
     const float sq = ws.sq[row0 + g];
-    auto coarse = [&](int32_t j) {
+    // The fine logit (both key planes), as the CPU reference's exact_lse: the row's heaviest
+    // key then weighs 2^0 whatever the coarse error (notes/decode.md section 40).
+    auto logit = [&](int32_t j) {
       const int64_t kr = key_row(c, b, hk, j);
-      int32_t aa, ba;
+      int32_t aa, ba, ab, bb;
       dot2_i8(qa, qb, c.k_a + kr * D, D, aa, ba);
-      return coarse_logit(aa, ba,
-                          logit_multiplier(sq, bf16_bits_to_float(c.k_scale[kr]), 8 + log2d));
+      dot2_i8(qa, qb, c.k_b + kr * D, D, ab, bb);
+      return fine_logit(aa, ba, ab, bb,
+                        logit_multiplier(sq, bf16_bits_to_float(c.k_scale[kr]), 16 + log2d));
     };
     float m = __uint_as_float(0xff800000u);
     for (int32_t j = tid; j < L; j += blockDim.x) {
-      const float sa = coarse(j);
+      const float sa = logit(j);
       m = sa > m ? sa : m;
     }
     for (int o = 16; o >= 1; o /= 2) {
@@ -2797,7 +2804,7 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
     float sum = 0.0f;  // thread 0's, in key order
     for (int32_t j0 = 0; j0 < L; j0 += kThreads) {
       const int32_t j = j0 + tid;
-      if (j < L) buf[tid] = exp2_fp(sub_rn(coarse(j), m));
+      if (j < L) buf[tid] = exp2_fp(sub_rn(logit(j), m));
       __syncthreads();
       if (tid == 0)
         for (int i = 0; i < kThreads && j0 + i < L; ++i) sum = add_rn(sum, buf[i]);
@@ -2846,7 +2853,7 @@ __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int
     v[kRows] += G;
     if (fl != 0) {
       for (int g = 0; g < G; ++g) v[kFixupRows] += bad[grp * G + g] != 0;  // rows b H + hk G + g
-      v[kBytes] += gc[4] + static_cast<unsigned long long>(L) * (D + 2);
+      v[kBytes] += gc[4] + static_cast<unsigned long long>(L) * (2 * D + 2);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[i] += gc[i];  // kKeys .. kVRefine

@@ -397,3 +397,29 @@ def test_cache_copies_after_a_step():
     assert torch.equal(fa.fold_attn_with_kvcache(q, cache).view(torch.int16), first.view(torch.int16))
     b = fa.fold_attn_with_kvcache(q, twin)
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def test_guard_second_pass_keeps_the_heaviest_key_of_huge_keys():
+    # Keys of huge norm (logit spreads of thousands of nats): the coarse logit of a row's
+    # heaviest key can sit 100+ binades below its fine one, so the screen cut it and the old
+    # fix-up (Z over coarse logits, the cut kept) left T = 0: output 0 and LSE -inf with no
+    # error (session 31's audit). The guard's second pass now takes Z over the fine logits and
+    # cuts nothing, which gives the dense result on such rows.
+    flagged = 0
+    for seed in range(6):
+        torch.manual_seed(seed)
+        k = (torch.randn(40, 2, 64) * 8192).bfloat16()
+        v = torch.randn(40, 2, 64).bfloat16()
+        q = torch.randn(1, 4, 64).bfloat16()
+        res = []
+        for depth in (16, None):
+            c = fa.FoldKVCache(1, 4, 2, 64, 128, depth=depth)
+            c.add_request()
+            c.extend(0, k, v)
+            o, lse = fa.fold_attn_with_kvcache(q, c, return_lse=True)
+            res.append((o, lse, c.stats()["fixup_rows"]))
+        (o16, l16, fix), (od, ld, _) = res
+        flagged += fix
+        assert torch.isfinite(l16).all(), (seed, l16)
+        assert torch.equal(o16, od) and torch.equal(l16, ld), seed
+    assert flagged > 0  # the premise: the guard fired on some of these rows

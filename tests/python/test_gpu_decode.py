@@ -475,6 +475,26 @@ def test_guard_fixup_matches_cpu():
         assert sg == sc, (sg, sc)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_guard_second_pass_with_huge_keys_matches_cpu(dtype):
+    # Keys of huge norm: the coarse logit of a row's heaviest key can sit 100+ binades below its
+    # fine one. The guard's second pass takes Z over the fine logits and cuts nothing (session
+    # 31), on the GPU as in the CPU reference: finite LSE, the reference's output.
+    flagged = 0
+    for seed in range(6):
+        torch.manual_seed(seed)
+        scale = 8192 if dtype == torch.bfloat16 else 2000
+        k = (torch.randn(1, 40, 2, 64) * scale).to(dtype)
+        v = torch.randn(1, 40, 2, 64).to(dtype)
+        q = torch.randn(1, 4, 64).to(dtype)
+        cpu, gpu = _pair(1, 4, 2, 64, 128, depth=16.0, dtype=dtype)
+        _fill((cpu, gpu), k, v, [40])
+        oc, og, lc, lg, sc, sg = _compare_step(cpu, gpu, q)
+        flagged += sg["fixup_rows"]
+        assert torch.isfinite(lg).all(), (seed, lg)
+    assert flagged > 0
+
+
 def _needle_batch(B, Hkv, D, L):
     # test_guard_fixup_matches_cpu's needle in every (request, KV head), at a position that
     # depends on the request: every group's Z undershoots and the guard flags it.
