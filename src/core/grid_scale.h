@@ -17,7 +17,12 @@
 //   t = 14 - e(b_ds): dS scaled by 2^t stays below 2^14, so the 16-bit dS operand of the
 //     dQ and dK products can never overflow fp16 (max 65504 ~ 2^16). dS, not P * 2^s, is
 //     what gets rounded to 16 bits; 2^s is applied to the fp32 partial afterwards.
-// Exponents are clamped to [-100, 100] so that every 2^k used stays a normal float.
+// Exponents are clamped so that every 2^k used stays a normal float: t to [-100, 100], s to
+// [-100, 126] (2^-s unscales dQ in one multiply; 2^(s - t), up to 2^226, is applied as two
+// multiplies where it leaves the normal range). s's upper bound was 100 until session 31: with
+// V ~ 1e-33 (b_dq ~ 2^-109, s wanting ~138) the partials scaled by only 2^100 rounded to 0 and dQ
+// came out 0 (session 31's input audit; notes/training_kernels.md). The bits change only where s
+// exceeded 100, i.e. b_dq < 2^-71.
 #pragma once
 
 #include <cmath>
@@ -75,7 +80,8 @@ FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
       (float_to_bits(b_ds) & 0x7fffffffu) < inf && (float_to_bits(b_dq) & 0x7fffffffu) < inf;
   GridScale g;
   g.valid = finite ? 1 : 0;
-  g.s = finite ? clamp_exponent(29 - bound_exponent(b_dq)) : 0;
+  const int s_raw = 29 - bound_exponent(b_dq);
+  g.s = finite ? (s_raw < -100 ? -100 : (s_raw > 126 ? 126 : s_raw)) : 0;
   g.t = finite ? clamp_exponent(14 - bound_exponent(b_ds)) : 0;
   return g;
 }

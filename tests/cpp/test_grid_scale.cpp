@@ -27,8 +27,18 @@ TEST(GridScale, ZeroBoundsAreValidAndClamped) {
   const float bounds[4] = {0, 0, 0, 0};
   const GridScale g = grid_scale(bounds, 64);
   EXPECT_TRUE(g.valid);
-  EXPECT_EQ(g.s, 100);
+  EXPECT_EQ(g.s, 126);  // (2^-126, dQ's unscale, stays a normal float)
   EXPECT_EQ(g.t, 100);
+}
+
+TEST(GridScale, TinyBoundsScaleDqPastTwoToTheHundred) {
+  // V ~ 1e-33 (session 31's audit): b_dq ~ 2^-109 wants s ~ 138; 126 keeps dQ's partials at
+  // ~2^17 units instead of rounding them to 0 (s was clamped at 100).
+  const float bounds[4] = {1.0f, 1e-33f, 64.0f, 1e-33f};  // max|K|, max|V|, max||dO||^2, max|D|
+  const GridScale g = grid_scale(bounds, 64);
+  EXPECT_TRUE(g.valid);
+  EXPECT_EQ(g.s, 126);
+  EXPECT_LE(g.t, 100);
 }
 
 TEST(GridScale, NonFiniteBoundsAreInvalid) {

@@ -135,6 +135,19 @@ def test_large_logits(dtype):
     _check_lse(lse, ref[1], dtype)
 
 
+@pytest.mark.parametrize("v_scale", [1e-30, 1e-33], ids=lambda x: f"v{x:g}")
+def test_tiny_values_keep_dq(v_scale):
+    """V of tiny but normal float32 values: dQ's integer grid must be scaled up far enough (its
+    exponent was clamped at 2^100 until session 31, which rounded every dQ partial to 0)."""
+    q, k, v, dout = make_dense(1, 8, 2, 2, 64, torch.float32, seed=0)
+    v = v * v_scale
+    scale = default_scale(64)
+    out, lse, dq, dk, dv = fold_dense(q, k, v, dout, True)
+    ref = ref_dense(q, k, v, dout, True, scale)
+    for name, x, r in (("dq", dq, ref[2]), ("dk", dk, ref[3])):
+        assert rel_err(x, r) <= 1e-5, (name, rel_err(x, r))
+
+
 def test_lse_is_view_of_head_major_buffer():
     q, k, v, _ = make_dense(2, 5, 4, 2, 16, torch.float32, seed=3)
     import fold_attention as fa
