@@ -48,7 +48,7 @@ extern "C" {
 #define FOLD_BWD_BOUNDS 4
 #define FOLD_BOUND_MAX_ABS_K 0     /* max |K|                                  */
 #define FOLD_BOUND_MAX_ABS_V 1     /* max |V|                                  */
-#define FOLD_BOUND_MAX_DO_SQ 2     /* max ||dO_i||^2 over the group's rows     */
+#define FOLD_BOUND_MAX_DO_NORM 2   /* max ||dO_i|| over the group's rows       */
 #define FOLD_BOUND_MAX_ABS_DELTA 3 /* max |Delta_i| over the group's rows      */
 
 typedef enum fold_status {

@@ -6,7 +6,7 @@
 // derive the same exponents bit for bit.
 //
 // Bounds, for rows i of the group's query heads and keys j of the request:
-//   |dP_ij|           <= ||dO_i|| * ||V_j|| <= sqrt(max ||dO||^2) * sqrt(D) * max|V|  = b_dp
+//   |dP_ij|           <= ||dO_i|| * ||V_j|| <= max ||dO|| * sqrt(D) * max|V|        = b_dp
 //   |dP_ij - Delta_i| <= b_dp + max|Delta|                                          = b_ds
 //   |dS_ij|            = P_ij |dP_ij - Delta_i| <= b_ds              (P_ij <= 1)
 //   |sum_j dS_ij K_jd|<= b_ds * max|K| * sum_j P_ij <= b_ds * max|K|                = b_dq
@@ -71,7 +71,7 @@ FOLD_HD int clamp_exponent(int e) { return e < -100 ? -100 : (e > 100 ? 100 : e)
 
 FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
   const float b_dp =
-      mul_rn(mul_rn(sqrt_rn(bounds[FOLD_BOUND_MAX_DO_SQ]), sqrt_rn(static_cast<float>(head_dim))),
+      mul_rn(mul_rn(bounds[FOLD_BOUND_MAX_DO_NORM], sqrt_rn(static_cast<float>(head_dim))),
              bounds[FOLD_BOUND_MAX_ABS_V]);
   const float b_ds = add_rn(b_dp, bounds[FOLD_BOUND_MAX_ABS_DELTA]);
   const float b_dq = mul_rn(b_ds, bounds[FOLD_BOUND_MAX_ABS_K]);

@@ -1,5 +1,5 @@
 // The canonical reduction order for a per-row dot product of two length-D vectors
-// (Delta_i = dO_i . O_i and ||dO_i||^2 in the backward preprocess).
+// (Delta_i = dO_i . O_i in the backward preprocess), and the canonical scaled norm ||dO_i||.
 //
 // Invariant: the CPU reference and the CUDA kernel produce the same bits because both
 // follow this order exactly:
@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "core/float_bits.h"
 #include "core/host_device.h"
 
 namespace fold {
@@ -46,6 +47,36 @@ inline float canonical_dot(int head_dim, LoadA a, LoadB b) {
     for (int c = 0; c < w; ++c) lane[c] = next[c];
   }
   return lane[0];
+}
+
+// The canonical norm of a row x (||dO_i|| in the backward preprocess). A plain sum of squares
+// overflows float32 once ||x|| > ~1.8e19 and underflows for |x| < ~1e-23, and either breaks the
+// backward's grid bound (session 31's input audit: dO ~ 1e19 gave NaN gradients). So the row is
+// scaled by a power of two first:
+//   m = max_d |x_d|;  c = clamp(e(m), -126, 126) with e(m) such that m < 2^e(m)
+//   (the +0.0 and subnormal m give -126);
+//   ||x|| = sqrt_rn(S) * 2^c,  S = canonical_dot(x * 2^-c, x * 2^-c)   (S <= 4 D)
+// Scaling by a power of two is exact wherever no term leaves the normal range, so on ordinary
+// rows the result is sqrt_rn(canonical_dot(x, x)) bit for bit (what the bound was before).
+FOLD_HD int norm_exponent(uint32_t max_abs_bits) {
+  const int biased = static_cast<int>((max_abs_bits >> 23) & 0xffu);
+  const int e = biased == 0 ? -126 : biased - 126;
+  return e > 126 ? 126 : e;
+}
+
+// Host implementation. a(d) returns element d as float.
+template <class LoadA>
+inline float canonical_norm(int head_dim, LoadA a) {
+  uint32_t m = 0;
+  for (int d = 0; d < head_dim; ++d) {
+    const uint32_t bits = abs_bits_canonical(a(d));
+    m = bits > m ? bits : m;
+  }
+  const int c = norm_exponent(m);
+  const float down = exp2i(-c);
+  const float sum = canonical_dot(
+      head_dim, [&](int d) { return a(d) * down; }, [&](int d) { return a(d) * down; });
+  return std::sqrt(sum) * exp2i(c);
 }
 
 }  // namespace fold

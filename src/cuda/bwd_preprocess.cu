@@ -2,7 +2,7 @@
 // per-(request, KV head) bounds of the integer grid (ALGORITHMS.md section 5).
 //
 // Bit-exactness with the CPU reference (cpu/bwd_preprocess.cpp):
-//   - Delta and ||dO||^2 follow row_reduce.h: lane c of a W-lane segment owns chunk c
+//   - Delta and ||dO|| follow row_reduce.h: lane c of a W-lane segment owns chunk c
 //     (one 16-byte load), accumulates it with __fmaf_rn in element order from +0.0f, then
 //     a __shfl_xor butterfly with __fadd_rn combines lanes. No other arithmetic touches them.
 //   - Bounds are maxima of canonicalised |x| bits (float_bits.h): order-free, so the block
@@ -65,7 +65,7 @@ __device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch)
 }
 
 // grid: (row tiles, heads, batch), block kind y = blockIdx.y + y0. Blocks with y < n_heads
-// compute Delta and ||dO||^2 for query head y; the others take max|K| and max|V| of KV head
+// compute Delta and ||dO|| for query head y; the others take max|K| and max|V| of KV head
 // y - n_heads. Both kinds read two tensors, so the work is balanced whatever the group size.
 // The launcher runs all kinds (y0 0, n_heads + n_kv_heads of them), the query kinds only
 // (y0 0, n_heads: K / V bounds given) or the K / V kinds only (y0 n_heads, n_kv_heads).
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                                            (element_offset(p, t, b, r, i, head) + chunk * kChunk) *
                                                kElemSize);
   };
-  uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or ||dO||^2, |Delta| (query blocks)
+  uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or ||dO||, |Delta| (query blocks)
   const int64_t rows_per_block = static_cast<int64_t>(rows_per_pass) * kPasses;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
        base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -130,11 +130,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
         continue;
       }
+      // ||dO_i|| in row_reduce.h's scaled form: the row's max |x| first (order-free), then
+      // the sum of squares of x * 2^-c, so it neither overflows nor underflows.
+      uint32_t m = 0;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) m = max(m, abs_bits_canonical(xa[e]));
+      for (int off = W / 2; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const int c = norm_exponent(m);
+      const float down = exp2i(-c);
       float dsum = 0.0f, qsum = 0.0f;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
         dsum = __fmaf_rn(xa[e], xb[e], dsum);
-        qsum = __fmaf_rn(xa[e], xa[e], qsum);
+        const float xs = __fmul_rn(xa[e], down);
+        qsum = __fmaf_rn(xs, xs, qsum);
       }
       // Butterfly over the W lanes of each row (uniform per block, so every lane of the warp
       // takes part). Lanes without a chunk hold +0.0f, as the canonical order says.
@@ -142,6 +151,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
         qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
+      const float norm = __fmul_rn(__fsqrt_rn(qsum), exp2i(c));
       const int64_t i = base + s * rows_per_pass + row_in_pass;
       if (dq_grid != nullptr && i < r.len && has_chunk) {
         // This lane's 8 columns of grid row (token, head): two 16-byte stores.
@@ -155,12 +165,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const float dl = canonical_nan(dsum);
         delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
         max_b = max(max_b, abs_bits_canonical(dl));
-        max_a = max(max_a, abs_bits_canonical(qsum));
+        max_a = max(max_a, abs_bits_canonical(norm));
       }
     }
   }
 
-  const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_SQ;
+  const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_NORM;
   const int slot_b = kv_block ? FOLD_BOUND_MAX_ABS_V : FOLD_BOUND_MAX_ABS_DELTA;
   block_max(max_a, &block_bounds[slot_a]);
   block_max(max_b, &block_bounds[slot_b]);

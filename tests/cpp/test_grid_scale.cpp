@@ -11,10 +11,10 @@ namespace {
 
 TEST(GridScale, KeepsTheDqBoundUnder2To29AndDsUnder2To14) {
   for (float scale : {1e-20f, 1e-3f, 0.37f, 1.0f, 3.0f, 1e3f, 1e9f}) {
-    const float bounds[4] = {2.5f * scale, 4.0f, 9.0f * scale, 7.0f};
+    const float bounds[4] = {2.5f * scale, 4.0f, 3.0f * scale, 7.0f};
     const GridScale g = grid_scale(bounds, 128);
     ASSERT_TRUE(g.valid);
-    const double b_ds = std::sqrt(9.0 * scale) * std::sqrt(128.0) * 4.0 + 7.0;
+    const double b_ds = 3.0 * scale * std::sqrt(128.0) * 4.0 + 7.0;
     const double b_dq = b_ds * 2.5 * scale;
     EXPECT_LT(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 29) * 1.0001);
     EXPECT_GE(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 27));  // not wastefully small
@@ -34,7 +34,7 @@ TEST(GridScale, ZeroBoundsAreValidAndClamped) {
 TEST(GridScale, TinyBoundsScaleDqPastTwoToTheHundred) {
   // V ~ 1e-33 (session 31's audit): b_dq ~ 2^-109 wants s ~ 138; 126 keeps dQ's partials at
   // ~2^17 units instead of rounding them to 0 (s was clamped at 100).
-  const float bounds[4] = {1.0f, 1e-33f, 64.0f, 1e-33f};  // max|K|, max|V|, max||dO||^2, max|D|
+  const float bounds[4] = {1.0f, 1e-33f, 8.0f, 1e-33f};  // max|K|, max|V|, max||dO||, max|D|
   const GridScale g = grid_scale(bounds, 64);
   EXPECT_TRUE(g.valid);
   EXPECT_EQ(g.s, 126);

@@ -2,7 +2,10 @@
 // as maxima. (The GPU preprocess is compared to this, bit for bit, on the H200.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "core/float_bits.h"
 #include "core/row_reduce.h"
@@ -56,17 +59,16 @@ TEST(Preprocess, DeltaAndBoundsMatchTheirDefinitions) {
         for (int h = hk * 3; h < hk * 3 + 3; ++h) {
           const float dl = canonical_dot(
               40, [&](int e) { return d.at(t, h, e); }, [&](int e) { return o.at(t, h, e); });
-          const float sq = canonical_dot(
-              40, [&](int e) { return d.at(t, h, e); }, [&](int e) { return d.at(t, h, e); });
+          const float nrm = canonical_norm(40, [&](int e) { return d.at(t, h, e); });
           EXPECT_EQ(float_to_bits(delta[h * p.total_tokens + t]), float_to_bits(dl));
-          mdo = std::max(mdo, sq);
+          mdo = std::max(mdo, nrm);
           mdl = std::max(mdl, std::fabs(dl));
         }
       }
       const float *bd = &bounds[(b * 2 + hk) * 4];
       EXPECT_EQ(bd[FOLD_BOUND_MAX_ABS_K], mk);
       EXPECT_EQ(bd[FOLD_BOUND_MAX_ABS_V], mv);
-      EXPECT_EQ(bd[FOLD_BOUND_MAX_DO_SQ], mdo);
+      EXPECT_EQ(bd[FOLD_BOUND_MAX_DO_NORM], mdo);
       EXPECT_EQ(bd[FOLD_BOUND_MAX_ABS_DELTA], mdl);
     }
   // The empty request has zero bounds.
@@ -88,7 +90,35 @@ TEST(Preprocess, NanIsCanonicalAndPropagatesToTheBounds) {
   cpu::bwd_preprocess(p, k.view(), v.view(), o.view(), d.view(), delta.data(), bounds.data());
   EXPECT_EQ(float_to_bits(delta[0 * 4 + 1]), kCanonicalNaN);
   EXPECT_EQ(float_to_bits(bounds[FOLD_BOUND_MAX_ABS_DELTA]), kCanonicalNaN);
-  EXPECT_TRUE(std::isfinite(bounds[FOLD_BOUND_MAX_DO_SQ]));
+  EXPECT_TRUE(std::isfinite(bounds[FOLD_BOUND_MAX_DO_NORM]));
+}
+
+TEST(Preprocess, TheNormIsThePlainOneOnOrdinaryRowsAndFiniteOnExtremeOnes) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal;
+  for (int D : {40, 64, 128, 256}) {
+    std::vector<float> x(D);
+    for (float &e : x) e = normal(rng);
+    const auto at = [&](int d) { return x[d]; };
+    // Ordinary rows: bit for bit the square root of the plain sum of squares (the bound that
+    // was stored before the norm was scaled, so the backward's grid is unchanged).
+    EXPECT_EQ(float_to_bits(canonical_norm(D, at)),
+              float_to_bits(std::sqrt(canonical_dot(D, at, at))));
+    // A row whose squares overflow float32, and one whose squares underflow: the norm stays
+    // within rounding of the exact one.
+    for (float scale : {1e19f, 1e30f, 1e-25f, 1e-38f}) {
+      std::vector<float> y(D);
+      for (int d = 0; d < D; ++d) y[d] = x[d] * scale;
+      double exact = 0;  // of the stored (possibly subnormal) elements
+      for (float e : y) exact += static_cast<double>(e) * e;
+      exact = std::sqrt(exact);
+      const float n = canonical_norm(D, [&](int d) { return y[d]; });
+      ASSERT_TRUE(std::isfinite(n)) << D << " " << scale;
+      EXPECT_NEAR(n / exact, 1.0, 1e-5) << D << " " << scale;
+    }
+  }
+  std::vector<float> zero(64, 0.0f);
+  EXPECT_EQ(canonical_norm(64, [&](int d) { return zero[d]; }), 0.0f);
 }
 
 }  // namespace

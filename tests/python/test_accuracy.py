@@ -148,6 +148,21 @@ def test_tiny_values_keep_dq(v_scale):
         assert rel_err(x, r) <= 1e-5, (name, rel_err(x, r))
 
 
+@pytest.mark.parametrize("dout_scale", [1e19, 1e30, 1e-25, 1e-30], ids=lambda x: f"dout{x:g}")
+def test_extreme_dout_keeps_gradients(dout_scale):
+    """dO of huge or tiny (normal) float32 values: the grid's bound uses ||dO_i||, computed scaled
+    (row_reduce.h), so it neither overflows (dO ~ 1e19 gave NaN gradients until session 32: the
+    bound was max ||dO||^2) nor underflows to an underestimate."""
+    q, k, v, dout = make_dense(1, 16, 4, 2, 64, torch.float32, seed=3)
+    dout = dout * dout_scale
+    scale = default_scale(64)
+    out, lse, dq, dk, dv = fold_dense(q, k, v, dout, True)
+    ref = ref_dense(q, k, v, dout, True, scale)
+    for name, x, r in (("dq", dq, ref[2]), ("dk", dk, ref[3]), ("dv", dv, ref[4])):
+        assert torch.isfinite(x).all(), name
+        assert rel_err(x, r) <= 1e-5, (name, rel_err(x, r))
+
+
 def test_lse_is_view_of_head_major_buffer():
     q, k, v, _ = make_dense(2, 5, 4, 2, 16, torch.float32, seed=3)
     import fold_attention as fa

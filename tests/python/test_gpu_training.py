@@ -195,6 +195,28 @@ def test_fp16_large_dout_stays_finite(D):
         assert _rel(x, r) <= bar, f"{name}: error {_rel(x, r):.3e} above {bar:.3e}"
 
 
+@pytest.mark.parametrize(
+    "what,mult", [("dout", 1e19), ("dout", 1e30), ("dout", 1e-25), ("v", 1e-33)],
+    ids=lambda x: f"{x:g}" if isinstance(x, float) else x)
+def test_bf16_extreme_scales_keep_gradients(what, mult):
+    """bf16 has float32's exponent range. dO ~ 1e19 made the grid bound max ||dO||^2 overflow
+    (NaN gradients until session 32: the bound is now ||dO||, computed scaled); V ~ 1e-33 needs
+    the grid's s beyond 100 (dQ was 0 until session 32)."""
+    dtype, B, S, H, Hkv, D = torch.bfloat16, 2, 256, 8, 2, 128
+    q = _randn((B, S, H, D), dtype, 13)
+    k = _randn((B, S, Hkv, D), dtype, 14)
+    v = _randn((B, S, Hkv, D), dtype, 15, scale=mult if what == "v" else 1.0)
+    dout = _randn((B, S, H, D), dtype, 16, scale=mult if what == "dout" else 1.0)
+    scale = D**-0.5
+    res = _fold(q, k, v, dout, True)
+    ref = _ref64(q, k, v, dout, True, scale)
+    sdpa = _sdpa(q, k, v, dout, True, scale)
+    for name, x, s, r in zip(("out", "dq", "dk", "dv"), (res[0],) + res[2:], sdpa, ref):
+        assert torch.isfinite(x).all(), f"{name}: inf/NaN"
+        bar = 1.05 * _rel(s, r) + 1e-5 if torch.isfinite(s).all() else 1e-2
+        assert _rel(x, r) <= bar, f"{name}: error {_rel(x, r):.3e} above {bar:.3e}"
+
+
 def test_empty_and_unsupported():
     q = torch.zeros((0, 4, 64), dtype=torch.bfloat16, device=DEV)
     k = torch.zeros((0, 2, 64), dtype=torch.bfloat16, device=DEV)
