@@ -50,23 +50,35 @@ inline float canonical_dot(int head_dim, LoadA a, LoadB b) {
 }
 
 // The canonical norm of a row x (||dO_i|| in the backward preprocess). A plain sum of squares
-// overflows float32 once ||x|| > ~1.8e19 and underflows for |x| < ~1e-23, and either breaks the
-// backward's grid bound (session 31's input audit: dO ~ 1e19 gave NaN gradients). So the row is
-// scaled by a power of two first:
-//   m = max_d |x_d|;  c = clamp(e(m), -126, 126) with e(m) such that m < 2^e(m)
-//   (the +0.0 and subnormal m give -126);
-//   ||x|| = sqrt_rn(S) * 2^c,  S = canonical_dot(x * 2^-c, x * 2^-c)   (S <= 4 D)
-// Scaling by a power of two is exact wherever no term leaves the normal range, so on ordinary
-// rows the result is sqrt_rn(canonical_dot(x, x)) bit for bit (what the bound was before).
+// overflows float32 once ||x|| > ~1.8e19 and underflows for |x| < ~1e-19, and either breaks the
+// backward's grid bound (session 31's input audit: dO ~ 1e19 gave NaN gradients, dO ~ 1e-30 a
+// wrong dQ). So:
+//   q = canonical_dot(x, x);
+//   if kNormLow <= q < inf:  ||x|| = sqrt_rn(q)              (every ordinary row: the plain norm,
+//                                                            which is what the bound was before)
+//   else:                    ||x|| = sqrt_rn(S) * 2^c,  S = canonical_dot(x 2^-c, x 2^-c),
+//                            m = max_d |x_d|, c = clamp(e(m), -126, 126), m < 2^e(m)
+//                            (+0.0 and subnormal m give -126; S <= 4 D)
+// In the first case no square that matters underflowed: q >= 2^-64 puts the largest square at
+// >= 2^-64 / D, so a square lost below 2^-126 is < 2^-54 D of it. The second case (rows of
+// huge, tiny, zero or non-finite values) costs a max over the row and a second sum, which the
+// common case skips (the GPU preprocess takes it only in warps that need it).
+constexpr float kNormLow = 5.421010862427522e-20f;  // 2^-64
+
 FOLD_HD int norm_exponent(uint32_t max_abs_bits) {
   const int biased = static_cast<int>((max_abs_bits >> 23) & 0xffu);
   const int e = biased == 0 ? -126 : biased - 126;
   return e > 126 ? 126 : e;
 }
 
+// Whether q = canonical_dot(x, x) is the norm's plain case (false for NaN too).
+FOLD_HD bool norm_is_plain(float q) { return q >= kNormLow && q <= 3.4028234663852886e38f; }
+
 // Host implementation. a(d) returns element d as float.
 template <class LoadA>
 inline float canonical_norm(int head_dim, LoadA a) {
+  const float q = canonical_dot(head_dim, a, a);
+  if (norm_is_plain(q)) return std::sqrt(q);
   uint32_t m = 0;
   for (int d = 0; d < head_dim; ++d) {
     const uint32_t bits = abs_bits_canonical(a(d));

@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                                            (element_offset(p, t, b, r, i, head) + chunk * kChunk) *
                                                kElemSize);
   };
-  uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or ||dO||, |Delta| (query blocks)
+  uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or plain rows' ||dO||^2, |Delta|
+  uint32_t max_scaled = 0;        // ||dO|| of the rows that took the scaled norm
   const int64_t rows_per_block = static_cast<int64_t>(rows_per_pass) * kPasses;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
        base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -130,20 +131,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
         continue;
       }
-      // ||dO_i|| in row_reduce.h's scaled form: the row's max |x| first (order-free), then
-      // the sum of squares of x * 2^-c, so it neither overflows nor underflows.
-      uint32_t m = 0;
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) m = max(m, abs_bits_canonical(xa[e]));
-      for (int off = W / 2; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-      const int c = norm_exponent(m);
-      const float down = exp2i(-c);
       float dsum = 0.0f, qsum = 0.0f;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
         dsum = __fmaf_rn(xa[e], xb[e], dsum);
-        const float xs = __fmul_rn(xa[e], down);
-        qsum = __fmaf_rn(xs, xs, qsum);
+        qsum = __fmaf_rn(xa[e], xa[e], qsum);
       }
       // Butterfly over the W lanes of each row (uniform per block, so every lane of the warp
       // takes part). Lanes without a chunk hold +0.0f, as the canonical order says.
@@ -151,7 +143,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
         qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
-      const float norm = __fmul_rn(__fsqrt_rn(qsum), exp2i(c));
+      // ||dO_i|| by row_reduce.h's canonical_norm: sqrt(q) on ordinary rows; rows of huge, tiny,
+      // zero or non-finite values take the scaled sum. The vote keeps the shuffles warp-uniform,
+      // and a warp without such a row (the common case) skips it.
+      const bool in_range = base + s * rows_per_pass + row_in_pass < r.len;
+      const bool scaled = in_range && !norm_is_plain(qsum);
+      float norm_scaled = 0.0f;
+      if (__any_sync(0xffffffffu, scaled)) {
+        uint32_t m = 0;
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) m = max(m, abs_bits_canonical(xa[e]));
+        for (int off = W / 2; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+        const int c = norm_exponent(m);
+        const float down = exp2i(-c);
+        float ssum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          const float xs = __fmul_rn(xa[e], down);
+          ssum = __fmaf_rn(xs, xs, ssum);
+        }
+        for (int off = W / 2; off >= 1; off /= 2)
+          ssum = __fadd_rn(ssum, __shfl_xor_sync(0xffffffffu, ssum, off));
+        norm_scaled = __fmul_rn(__fsqrt_rn(ssum), exp2i(c));
+      }
       const int64_t i = base + s * rows_per_pass + row_in_pass;
       if (dq_grid != nullptr && i < r.len && has_chunk) {
         // This lane's 8 columns of grid row (token, head): two 16-byte stores.
@@ -165,11 +179,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const float dl = canonical_nan(dsum);
         delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
         max_b = max(max_b, abs_bits_canonical(dl));
-        max_a = max(max_a, abs_bits_canonical(norm));
+        // Plain rows keep max q (sqrt_rn is monotone: the root is taken once, below).
+        if (scaled)
+          max_scaled = max(max_scaled, abs_bits_canonical(norm_scaled));
+        else
+          max_a = max(max_a, abs_bits_canonical(qsum));
       }
     }
   }
 
+  if (!kv_block) max_a = max(abs_bits_canonical(__fsqrt_rn(bits_to_float(max_a))), max_scaled);
   const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_NORM;
   const int slot_b = kv_block ? FOLD_BOUND_MAX_ABS_V : FOLD_BOUND_MAX_ABS_DELTA;
   block_max(max_a, &block_bounds[slot_a]);
