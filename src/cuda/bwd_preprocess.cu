@@ -64,6 +64,61 @@ __device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch)
   return value;
 }
 
+// The rare path of ||dO_i|| (row_reduce.h's canonical_norm): the block's rows again, the plain
+// sum of squares to tell which rows need the scaled one, and the scaled norm of those; returns
+// the max of their norms' bits. Every lane runs every row, so the shuffles stay warp-uniform.
+template <class Tag>
+__device__ __forceinline__ uint32_t scaled_norms_max(const fold_attn_problem_t &p,
+                                                     const fold_tensor_t &dout, int b,
+                                                     const Request &r, int head,
+                                                     int64_t rows_per_block) {
+  const int D = p.head_dim;
+  const int W = reduce_lanes(D);
+  const int lane = threadIdx.x & 31;
+  const int chunk = lane % W;
+  const bool has_chunk = chunk * kChunk < D;
+  const int rows_per_pass = kWarps * (32 / W);
+  const int row_in_pass = (threadIdx.x >> 5) * (32 / W) + lane / W;
+  uint32_t result = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
+       base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    for (int s = 0; s < kPasses; ++s) {
+      const int64_t i = base + s * rows_per_pass + row_in_pass;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (i < r.len && has_chunk)
+        raw = *reinterpret_cast<const uint4 *>(
+            static_cast<const char *>(dout.data) +
+            (element_offset(p, dout, b, r, i, head) + chunk * kChunk) * 2);
+      float x[8];
+      unpack8(raw, x, Tag{});
+      float q = 0.0f;
+      uint32_t m = 0;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        q = __fmaf_rn(x[e], x[e], q);
+        m = max(m, abs_bits_canonical(x[e]));
+      }
+      for (int off = W / 2; off >= 1; off /= 2) {
+        q = __fadd_rn(q, __shfl_xor_sync(0xffffffffu, q, off));
+        m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+      }
+      const int c = norm_exponent(m);
+      const float down = exp2i(-c);
+      float ssum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        const float xs = __fmul_rn(x[e], down);
+        ssum = __fmaf_rn(xs, xs, ssum);
+      }
+      for (int off = W / 2; off >= 1; off /= 2)
+        ssum = __fadd_rn(ssum, __shfl_xor_sync(0xffffffffu, ssum, off));
+      if (i < r.len && chunk == 0 && !norm_is_plain(q))
+        result = max(result, abs_bits_canonical(__fmul_rn(__fsqrt_rn(ssum), exp2i(c))));
+    }
+  }
+  return result;
+}
+
 // grid: (row tiles, heads, batch), block kind y = blockIdx.y + y0. Blocks with y < n_heads
 // compute Delta and ||dO|| for query head y; the others take max|K| and max|V| of KV head
 // y - n_heads. Both kinds read two tensors, so the work is balanced whatever the group size.
@@ -104,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                                                kElemSize);
   };
   uint32_t max_a = 0, max_b = 0;  // |K|, |V| (KV blocks) or plain rows' ||dO||^2, |Delta|
-  uint32_t max_scaled = 0;        // ||dO|| of the rows that took the scaled norm
+  bool needs_scaled = false;      // a row of this thread needs the scaled norm
   const int64_t rows_per_block = static_cast<int64_t>(rows_per_pass) * kPasses;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
        base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -143,29 +198,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         dsum = __fadd_rn(dsum, __shfl_xor_sync(0xffffffffu, dsum, off));
         qsum = __fadd_rn(qsum, __shfl_xor_sync(0xffffffffu, qsum, off));
       }
-      // ||dO_i|| by row_reduce.h's canonical_norm: sqrt(q) on ordinary rows; rows of huge, tiny,
-      // zero or non-finite values take the scaled sum. The vote keeps the shuffles warp-uniform,
-      // and a warp without such a row (the common case) skips it.
-      const bool in_range = base + s * rows_per_pass + row_in_pass < r.len;
-      const bool scaled = in_range && !norm_is_plain(qsum);
-      float norm_scaled = 0.0f;
-      if (__any_sync(0xffffffffu, scaled)) {
-        uint32_t m = 0;
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) m = max(m, abs_bits_canonical(xa[e]));
-        for (int off = W / 2; off >= 1; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-        const int c = norm_exponent(m);
-        const float down = exp2i(-c);
-        float ssum = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) {
-          const float xs = __fmul_rn(xa[e], down);
-          ssum = __fmaf_rn(xs, xs, ssum);
-        }
-        for (int off = W / 2; off >= 1; off /= 2)
-          ssum = __fadd_rn(ssum, __shfl_xor_sync(0xffffffffu, ssum, off));
-        norm_scaled = __fmul_rn(__fsqrt_rn(ssum), exp2i(c));
-      }
       const int64_t i = base + s * rows_per_pass + row_in_pass;
       if (dq_grid != nullptr && i < r.len && has_chunk) {
         // This lane's 8 columns of grid row (token, head): two 16-byte stores.
@@ -179,16 +211,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const float dl = canonical_nan(dsum);
         delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
         max_b = max(max_b, abs_bits_canonical(dl));
-        // Plain rows keep max q (sqrt_rn is monotone: the root is taken once, below).
-        if (scaled)
-          max_scaled = max(max_scaled, abs_bits_canonical(norm_scaled));
-        else
+        // ||dO_i|| by row_reduce.h's canonical_norm. Plain rows keep max q (sqrt_rn is
+        // monotone: the root is taken once, below); a row that needs the scaled sum (huge,
+        // tiny, zero or non-finite values) only raises a flag here.
+        if (norm_is_plain(qsum))
           max_a = max(max_a, abs_bits_canonical(qsum));
+        else
+          needs_scaled = true;
       }
     }
   }
 
-  if (!kv_block) max_a = max(abs_bits_canonical(__fsqrt_rn(bits_to_float(max_a))), max_scaled);
+  if (!kv_block) {
+    uint32_t max_scaled = 0;
+    // Block-uniform (kv_block is): the rare rows are redone after the loop, so the common
+    // path's passes carry no vote or shuffle for them.
+    if (__syncthreads_or(needs_scaled))
+      max_scaled = scaled_norms_max<Tag>(p, dout, b, r, head, rows_per_block);
+    max_a = max(abs_bits_canonical(__fsqrt_rn(bits_to_float(max_a))), max_scaled);
+  }
   const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_NORM;
   const int slot_b = kv_block ? FOLD_BOUND_MAX_ABS_V : FOLD_BOUND_MAX_ABS_DELTA;
   block_max(max_a, &block_bounds[slot_a]);

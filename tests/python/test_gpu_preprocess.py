@@ -86,3 +86,25 @@ def test_preprocess_runs_on_current_stream():
         delta_g, bounds_g = ops.bwd_preprocess(*args, cu_seqlens=cu.cuda())
     side.synchronize()
     assert _bits_equal(delta_g.cpu(), delta_c) and _bits_equal(bounds_g.cpu(), bounds_c)
+
+
+@pytest.mark.parametrize("special", ["plain", "zero", "huge", "tiny", "inf"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+def test_preprocess_norm_rare_rows(D, dtype, special):
+    """Rows whose sum of squares leaves [2^-64, inf) take the scaled norm (row_reduce.h's
+    canonical_norm), on the GPU in a second pass over the block's rows: the bounds must still
+    equal the CPU's bit for bit, with such rows among ordinary ones and in some blocks only."""
+    if dtype == torch.float16 and special in ("huge", "tiny"):
+        pytest.skip("float16 cannot hold values whose squares leave float32's range")
+    B, S, H, Hkv = 2, 300, 4, 2
+    k = randn((B, S, Hkv, D), dtype, 16)
+    v = randn((B, S, Hkv, D), dtype, 17)
+    out = randn((B, S, H, D), dtype, 18)
+    dout = randn((B, S, H, D), dtype, 19)
+    value = {"plain": 1.0, "zero": 0.0, "huge": 1e19, "tiny": 1e-30, "inf": float("inf")}[special]
+    # A few rows of request 0 / head 1 (among ordinary rows of their group), and every row of
+    # request 1's second KV group (heads 2, 3: its bound is then theirs alone).
+    for idx in ((0, slice(5, 9), 1), (1, slice(None), slice(2, 4))):
+        dout[idx] = (dout[idx].float() * value).to(dtype) if special != "zero" else 0
+    _compare(k, v, out, dout)
