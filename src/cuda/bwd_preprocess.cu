@@ -131,7 +131,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                           float *__restrict__ delta, uint32_t *__restrict__ bounds,
                           int32_t *__restrict__ dq_grid, const int y0) {
   __shared__ uint32_t block_bounds[FOLD_BWD_BOUNDS];
+  __shared__ uint32_t rare_rows, scaled_max;  // rows needing the scaled ||dO_i||; their max
   if (threadIdx.x < FOLD_BWD_BOUNDS) block_bounds[threadIdx.x] = 0;
+  if (threadIdx.x == 0) rare_rows = scaled_max = 0;
   __syncthreads();
 
   const int b = blockIdx.z;
@@ -222,26 +224,31 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
-  if (!kv_block) {
-    uint32_t max_scaled = 0;
-    // Block-uniform (kv_block is): the rare rows are redone after the loop, so the common
-    // path's passes carry no vote or shuffle for them.
-    if (__syncthreads_or(needs_scaled))
-      max_scaled = scaled_norms_max<Tag>(p, dout, b, r, head, rows_per_block);
-    max_a = max(abs_bits_canonical(__fsqrt_rn(bits_to_float(max_a))), max_scaled);
-  }
   const int slot_a = kv_block ? FOLD_BOUND_MAX_ABS_K : FOLD_BOUND_MAX_DO_NORM;
   const int slot_b = kv_block ? FOLD_BOUND_MAX_ABS_V : FOLD_BOUND_MAX_ABS_DELTA;
   block_max(max_a, &block_bounds[slot_a]);
   block_max(max_b, &block_bounds[slot_b]);
+  if (needs_scaled) rare_rows = 1;
   __syncthreads();
-  if (threadIdx.x < FOLD_BWD_BOUNDS) {
-    const uint32_t value = block_bounds[threadIdx.x];
-    if (value != 0)
-      atomicMax(
-          &bounds[(static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS + threadIdx.x],
-          value);
+  uint32_t value = threadIdx.x < FOLD_BWD_BOUNDS ? block_bounds[threadIdx.x] : 0;
+  if (!kv_block) {
+    // Query blocks hold max q of their plain rows: the norm is its root (sqrt_rn is monotone).
+    if (threadIdx.x == FOLD_BOUND_MAX_DO_NORM)
+      value = abs_bits_canonical(__fsqrt_rn(bits_to_float(value)));
+    // Rows that need the scaled norm are redone after the loop, so the common path carries
+    // no vote, shuffle or extra barrier for them (session 32: with a per-pass vote, or with an
+    // extra __syncthreads_or per block, the preprocess took 4.5-6% longer). rare_rows is
+    // block-uniform after the barrier.
+    if (rare_rows != 0) {
+      block_max(scaled_norms_max<Tag>(p, dout, b, r, head, rows_per_block), &scaled_max);
+      __syncthreads();
+      if (threadIdx.x == FOLD_BOUND_MAX_DO_NORM) value = max(value, scaled_max);
+    }
   }
+  if (threadIdx.x < FOLD_BWD_BOUNDS && value != 0)
+    atomicMax(
+        &bounds[(static_cast<int64_t>(b) * p.n_kv_heads + hk) * FOLD_BWD_BOUNDS + threadIdx.x],
+        value);
 }
 
 void check(cudaError_t err, const char *what) {
