@@ -71,8 +71,13 @@ FOLD_HD int norm_exponent(uint32_t max_abs_bits) {
   return e > 126 ? 126 : e;
 }
 
-// Whether q = canonical_dot(x, x) is the norm's plain case (false for NaN too).
-FOLD_HD bool norm_is_plain(float q) { return q >= kNormLow && q <= 3.4028234663852886e38f; }
+// Whether q = canonical_dot(x, x) is the norm's plain case: kNormLow <= q <= FLT_MAX, as one
+// unsigned range test on the bits (false for NaN and -0.0 too; q is never negative otherwise).
+FOLD_HD bool norm_is_plain(float q) {
+  constexpr uint32_t kLow = 0x1f800000u;   // 2^-64 = kNormLow
+  constexpr uint32_t kHigh = 0x7f7fffffu;  // FLT_MAX
+  return float_to_bits(q) - kLow <= kHigh - kLow;
+}
 
 // Host implementation. a(d) returns element d as float.
 template <class LoadA>

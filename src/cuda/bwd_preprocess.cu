@@ -68,11 +68,12 @@ __device__ __forceinline__ uint32_t block_max(uint32_t value, uint32_t *scratch)
 // sum of squares to tell which rows need the scaled one, and the scaled norm of those; returns
 // the max of their norms' bits. Every lane runs every row, so the shuffles stay warp-uniform.
 template <class Tag>
-__device__ __forceinline__ uint32_t scaled_norms_max(const fold_attn_problem_t &p,
-                                                     const fold_tensor_t &dout, int b,
-                                                     const Request &r, int head,
-                                                     int64_t rows_per_block) {
-  const int D = p.head_dim;
+__device__ __noinline__ uint32_t scaled_norms_max(const char *row0, int64_t row_bytes, int64_t len,
+                                                  int head_dim, int64_t first_row,
+                                                  int64_t row_step) {
+  // Kept out of line (scalars only, no struct by reference): the common path's kernel stays as
+  // small as it was.
+  const int D = head_dim;
   const int W = reduce_lanes(D);
   const int lane = threadIdx.x & 31;
   const int chunk = lane % W;
@@ -80,15 +81,12 @@ __device__ __forceinline__ uint32_t scaled_norms_max(const fold_attn_problem_t &
   const int rows_per_pass = kWarps * (32 / W);
   const int row_in_pass = (threadIdx.x >> 5) * (32 / W) + lane / W;
   uint32_t result = 0;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < r.len;
-       base += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+  for (int64_t base = first_row; base < len; base += row_step) {
     for (int s = 0; s < kPasses; ++s) {
       const int64_t i = base + s * rows_per_pass + row_in_pass;
       uint4 raw = make_uint4(0, 0, 0, 0);
-      if (i < r.len && has_chunk)
-        raw = *reinterpret_cast<const uint4 *>(
-            static_cast<const char *>(dout.data) +
-            (element_offset(p, dout, b, r, i, head) + chunk * kChunk) * 2);
+      if (i < len && has_chunk)
+        raw = *reinterpret_cast<const uint4 *>(row0 + i * row_bytes + chunk * kChunk * 2);
       float x[8];
       unpack8(raw, x, Tag{});
       float q = 0.0f;
@@ -112,7 +110,7 @@ __device__ __forceinline__ uint32_t scaled_norms_max(const fold_attn_problem_t &
       }
       for (int off = W / 2; off >= 1; off /= 2)
         ssum = __fadd_rn(ssum, __shfl_xor_sync(0xffffffffu, ssum, off));
-      if (i < r.len && chunk == 0 && !norm_is_plain(q))
+      if (i < len && chunk == 0 && !norm_is_plain(q))
         result = max(result, abs_bits_canonical(__fmul_rn(__fsqrt_rn(ssum), exp2i(c))));
     }
   }
@@ -240,7 +238,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // extra __syncthreads_or per block, the preprocess took 4.5-6% longer). rare_rows is
     // block-uniform after the barrier.
     if (rare_rows != 0) {
-      block_max(scaled_norms_max<Tag>(p, dout, b, r, head, rows_per_block), &scaled_max);
+      // element_offset is affine in the row: row 0's address and the token stride.
+      const char *row0 =
+          static_cast<const char *>(dout.data) + element_offset(p, dout, b, r, 0, head) * kElemSize;
+      block_max(scaled_norms_max<Tag>(row0, dout.token_stride * kElemSize, r.len, D,
+                                      static_cast<int64_t>(blockIdx.x) * rows_per_block,
+                                      static_cast<int64_t>(gridDim.x) * rows_per_block),
+                &scaled_max);
       __syncthreads();
       if (threadIdx.x == FOLD_BOUND_MAX_DO_NORM) value = max(value, scaled_max);
     }
