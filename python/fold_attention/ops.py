@@ -32,7 +32,7 @@ def bwd_preprocess(
 
     Returns:
         (delta, bounds): delta float32 (n_heads, total_tokens); bounds float32
-        (batch, n_kv_heads, 4) in the order max|K|, max|V|, max||dO_i||^2, max|Delta_i|.
+        (batch, n_kv_heads, 4) in the order max|K|, max|V|, max||dO_i||, max|Delta_i|.
         CUDA inputs run on torch's current stream of their device.
     """
     fn = "bwd_preprocess"

@@ -11,7 +11,7 @@ def _torch_preprocess(k, v, out, dout, lengths, H, Hkv):
     """float64 Delta (H, T) and bounds (B, Hkv, 4) computed plainly."""
     group = H // Hkv
     delta = (dout.double() * out.double()).sum(-1).T  # (H, T)
-    dsq = (dout.double() ** 2).sum(-1).T  # (H, T)
+    dnorm = (dout.double() ** 2).sum(-1).sqrt().T  # (H, T): ||dO_i||
     bounds = torch.zeros(len(lengths), Hkv, 4, dtype=torch.float64)
     lo = 0
     for b, n in enumerate(lengths):
@@ -21,7 +21,7 @@ def _torch_preprocess(k, v, out, dout, lengths, H, Hkv):
                 hs = slice(hk * group, (hk + 1) * group)
                 bounds[b, hk, 0] = k[lo:hi, hk].double().abs().max()
                 bounds[b, hk, 1] = v[lo:hi, hk].double().abs().max()
-                bounds[b, hk, 2] = dsq[hs, lo:hi].max()
+                bounds[b, hk, 2] = dnorm[hs, lo:hi].max()
                 bounds[b, hk, 3] = delta[hs, lo:hi].abs().max()
         lo = hi
     return delta, bounds
