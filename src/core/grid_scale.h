@@ -86,7 +86,8 @@ FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
   return g;
 }
 
-// x * 2^k for k in [-200, 200] as two exact power-of-two multiplies.
+// x * 2^k for k in [-252, 254] as two exact power-of-two multiplies (each factor 2^(k/2) and
+// 2^(k - k/2) stays in exp2i's [-126, 127]; the kernels' s - t is in [-200, 226]).
 FOLD_HD float scale_pow2(float x, int k) {
   const int k1 = k / 2;
   return mul_rn(mul_rn(x, exp2i(k1)), exp2i(k - k1));

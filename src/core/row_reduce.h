@@ -58,7 +58,7 @@ inline float canonical_dot(int head_dim, LoadA a, LoadB b) {
 //                                                            which is what the bound was before)
 //   else:                    ||x|| = sqrt_rn(S) * 2^c,  S = canonical_dot(x 2^-c, x 2^-c),
 //                            m = max_d |x_d|, c = clamp(e(m), -126, 126), m < 2^e(m)
-//                            (+0.0 and subnormal m give -126; S <= 4 D)
+//                            (+0.0 and subnormal m give -126; S < 4 D, < 16 D where c is capped)
 // In the first case no square that matters underflowed: q >= 2^-64 puts the largest square at
 // >= 2^-64 / D, so a square lost below 2^-126 is < 2^-54 D of it. The second case (rows of
 // huge, tiny, zero or non-finite values) costs a max over the row and a second sum, which the

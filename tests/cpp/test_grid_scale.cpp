@@ -38,7 +38,7 @@ TEST(GridScale, TinyBoundsScaleDqPastTwoToTheHundred) {
   const GridScale g = grid_scale(bounds, 64);
   EXPECT_TRUE(g.valid);
   EXPECT_EQ(g.s, 126);
-  EXPECT_LE(g.t, 100);
+  EXPECT_EQ(g.t, 100);  // b_ds ~ 6.5e-32 ~ 2^-103.6 wants t = 117: clamped
 }
 
 TEST(GridScale, NonFiniteBoundsAreInvalid) {
@@ -52,6 +52,21 @@ TEST(GridScale, NonFiniteBoundsAreInvalid) {
     }
   const float huge[4] = {3e38f, 3e38f, 3e38f, 3e38f};
   EXPECT_FALSE(grid_scale(huge, 64).valid);
+}
+
+TEST(GridScale, ScalePow2CoversTheKernelsRange) {
+  // s - t, the dQ partials' exponent, spans [-200, 226] with s in [-100, 126] and t in
+  // [-100, 100]; scale_pow2 is exact on [-252, 254] wherever the result is a normal float.
+  const struct {
+    float x;
+    int k;
+    double want;
+  } cases[] = {{0x1p126f, -252, 0x1p-126},
+               {0x1.8p100f, -200, 0x1.8p-100},
+               {0x1.8p-100f, 226, 0x1.8p126},
+               {0x1p-126f, 252, 0x1p126},
+               {0x1p-127f, 254, 0x1p127}};
+  for (const auto &c : cases) EXPECT_EQ(static_cast<double>(scale_pow2(c.x, c.k)), c.want) << c.k;
 }
 
 TEST(GridScale, ScalePow2IsExact) {

@@ -423,3 +423,24 @@ def test_guard_second_pass_keeps_the_heaviest_key_of_huge_keys():
         assert torch.isfinite(l16).all(), (seed, l16)
         assert torch.equal(o16, od) and torch.equal(l16, ld), seed
     assert flagged > 0  # the premise: the guard fired on some of these rows
+
+
+@pytest.mark.xfail(strict=True, reason="known defect (session 32 review, not fixed): a row can "
+                   "lose its heaviest key to the coarse logit's error while the guard does not "
+                   "flag it (its other live keys keep T in range); notes/decode.md section 41")
+def test_unflagged_row_keeps_its_heaviest_key_of_huge_keys():
+    # Keys ~2048 x randn (logit spreads of thousands of nats), 200 keys, G 4: at seed 0 one row
+    # of the default depth is 1.3 off the dense output (dense is 0.004 off float64) and its LSE
+    # 0.49 nats low. The guard's fix-up did not run for it. Strict: when the screen learns to
+    # bound each key's coarse error, this test passes and the marker must go.
+    torch.manual_seed(0)
+    k = (torch.randn(200, 2, 64) * 2048).bfloat16()
+    v = torch.randn(200, 2, 64).bfloat16()
+    q = torch.randn(1, 8, 64).bfloat16()
+    res = []
+    for depth in (16, None):
+        c = fa.FoldKVCache(1, 8, 2, 64, 1024, depth=depth)
+        c.add_request()
+        c.extend(0, k, v)
+        res.append(fa.fold_attn_with_kvcache(q, c).float())
+    assert (res[0] - res[1]).abs().max().item() < 0.05
