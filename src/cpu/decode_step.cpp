@@ -133,6 +133,7 @@ class Group {
     qa_.assign(static_cast<size_t>(G_) * D_, 0);
     qb_.assign(static_cast<size_t>(G_) * D_, 0);
     sq_.assign(G_, 0.0f);
+    e_max_ = 0.0f;
     const float cmul = mul_rn(p_.softmax_scale, kLog2e);
     std::vector<float> y(D_);
     for (int g = 0; g < G_; ++g) {
@@ -149,6 +150,8 @@ class Group {
           fail("q row (request " + std::to_string(b_) + ", head " + std::to_string(head(g)) +
                ") is not finite after scaling and rotation");
       sq_[g] = bf16_bits_to_float(quantise_row(y.data(), D_, &qa_[g * D_], &qb_[g * D_]));
+      const float e = coarse_error_per_scale(&qa_[g * D_], &qb_[g * D_], D_, sq_[g]);
+      e_max_ = e > e_max_ ? e : e_max_;
     }
   }
 
@@ -283,6 +286,12 @@ class Group {
           refine = refine || sa >= thr_ref[g];
           vref = vref || (c_.v8 && sa >= thr_vref[g]);
         }
+        // A key whose coarse logit may be a binade or more off is live and refined whatever it
+        // says (keys of huge norm: planes.h, coarse_untrusted).
+        if (!dense && coarse_untrusted(bf16_bits_to_float(c_.k_scale[key_base(j)]), e_max_)) {
+          live = true;
+          refine = true;
+        }
         refine = refine && live;
         vref = vref && live;
         cnt.keys += 1;
@@ -376,6 +385,7 @@ class Group {
   const int log2d_;
   std::vector<int8_t> qa_, qb_;
   std::vector<float> sq_;
+  float e_max_ = 0.0f;  // the group's largest coarse error per unit of key scale (planes.h)
   std::vector<int32_t> iaa_, iba_;
   std::vector<float> sa_;
   std::vector<float> n_, t_, t_lse_;

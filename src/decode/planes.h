@@ -109,4 +109,27 @@ FOLD_HD float fine_logit(int32_t i_aa, int32_t i_ba, int32_t i_ab, int32_t i_bb,
   return mul_rn(static_cast<float>(c), mult_fine);
 }
 
+// The coarse logit's error bound. s - s_A = (256 I_AB + I_BB) * (sq sk 2^-(16 + log2 n)) up to
+// the two logits' roundings, and |k_B| <= kPlaneMax, so
+//   |s - s_A| <= sk * E,  E = kPlaneMax (256 ||q_A||_1 + ||q_B||_1) sq 2^-(16 + log2 n),
+// E a constant of the query row. On ordinary caches sk * E is a tenth of a binade or so; keys of
+// huge norm reach hundreds (session 31-32: a row's heaviest key cut with a coarse logit 128
+// binades low). The screen must not trust s_A where sk * E is large (kCoarseErrorMax).
+constexpr float kCoarseErrorMax = 1.0f;  // log2 units
+
+FOLD_HD float coarse_error_per_scale(const int8_t *a, const int8_t *b, int n, float sq) {
+  int32_t l1a = 0, l1b = 0;
+  for (int d = 0; d < n; ++d) {
+    l1a += a[d] < 0 ? -int32_t{a[d]} : int32_t{a[d]};
+    l1b += b[d] < 0 ? -int32_t{b[d]} : int32_t{b[d]};
+  }
+  // <= 127 * (256 * 127 * 256 + 127 * 256) ~ 1.06e9: exact in int64, one rounding to float.
+  const int64_t c = static_cast<int64_t>(kPlaneMax) * (256 * static_cast<int64_t>(l1a) + l1b);
+  return mul_rn(mul_rn(static_cast<float>(c), sq), exp2i(-(16 + log2_pow2(n))));
+}
+
+// Whether a key of scale sk must be live and refined whatever its coarse logit: its error bound
+// under the group's largest E exceeds kCoarseErrorMax.
+FOLD_HD bool coarse_untrusted(float sk, float e_max) { return mul_rn(sk, e_max) > kCoarseErrorMax; }
+
 }  // namespace fold::decode
