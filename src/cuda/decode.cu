@@ -378,6 +378,7 @@ __device__ __forceinline__ void pdl_trigger() {
 struct Ws {
   int8_t *qa, *qb;
   float *sq, *z;
+  float *e;  // [rows]: the coarse error per unit of key scale (planes.h), written by the front
   int32_t *bad;
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
@@ -460,6 +461,9 @@ __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, con
   m = __reduce_max_sync(0xffffffffu, m);
   const float scale = bf16_bits_to_float(plane_scale_bits(__uint_as_float(m)));
   const int64_t row = static_cast<int64_t>(b) * H + h;
+  // The planes' L1 norms (exact integers) give the row's coarse error per unit of key scale
+  // (planes.h, coarse_error_from_l1).
+  int32_t l1a = 0, l1b = 0;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     int8_t pa = 0, pb = 0;
@@ -469,11 +473,27 @@ __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, con
     ws.qb[row * D + d] = pb;
     sa[d] = pa;
     sb[d] = pb;
+    l1a += pa < 0 ? -int32_t{pa} : int32_t{pa};
+    l1b += pb < 0 ? -int32_t{pb} : int32_t{pb};
   }
+  l1a = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned int>(l1a)));
+  l1b = static_cast<int32_t>(__reduce_add_sync(0xffffffffu, static_cast<unsigned int>(l1b)));
   if (lane == 0) {
     ws.sq[row] = scale;
+    ws.e[row] = coarse_error_from_l1(l1a, l1b, scale, log2_pow2(D));
     *s_sq = scale;
   }
+}
+
+// The group's largest coarse error per unit of key scale (the rule of planes.h's
+// coarse_untrusted is per key against the group's rows together, as the CPU reference).
+__device__ __forceinline__ float group_e_max(const Ws &ws, int64_t row0, int G) {
+  float m = 0.0f;
+  for (int g = 0; g < G; ++g) {
+    const float e = ws.e[row0 + g];
+    m = e > m ? e : m;
+  }
+  return m;
 }
 
 // c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
@@ -1339,6 +1359,9 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
+  // Keys whose coarse logit may be a binade or more off are live and refined (planes.h,
+  // coarse_untrusted; pass 1 cuts nothing anyway).
+  const float e_max = dense || pass == 1 ? 0.0f : group_e_max(ws, row0, G);
   for (int e = tid; e < nsz; e += blockDim.x) ns[e] = 0.0f;
   for (int e = tid; e < kChunk * RS; e += blockDim.x) wt[e] = 0.0f;
   int vexp = 0;
@@ -1455,6 +1478,9 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
           }
         }
       }
+      // The coarse-error rule depends on the key only: every lane of a key may report it.
+#pragma unroll
+      for (int j = 0; j < 2; ++j) vbits |= coarse_untrusted(skj[j], e_max) ? 3 << (3 * j) : 0;
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
@@ -2369,6 +2395,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
     fence_barrier_init();
     s_keys = s_live = s_ref = 0;
   }
+  float e_max = 0.0f;  // the coarse-error rule (planes.h, coarse_untrusted), consumers only
   if (tid < kThreads) {
     load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
     for (int g = tid; g < G; g += kThreads) {
@@ -2381,6 +2408,7 @@ __global__ void __launch_bounds__(kRingThreads, 2)
       tlse[g] = 0.0f;
       cut[g] = 0.0f;
     }
+    e_max = group_e_max(ws, row0, G);
     for (int e = tid; e < pv_kparts(D) * RS * D; e += kThreads) ns[e] = 0.0f;
     for (int e = tid; e < RS * kWRow / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
   }
@@ -2444,6 +2472,9 @@ __global__ void __launch_bounds__(kRingThreads, 2)
           }
         }
       }
+      // The coarse-error rule depends on the key only: every lane of a key may report it.
+#pragma unroll
+      for (int j = 0; j < 2; ++j) vbits |= coarse_untrusted(skj[j], e_max) ? 3 << (3 * j) : 0;
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 4);
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 8);
       vbits |= __shfl_xor_sync(0xffffffffu, vbits, 16);
@@ -2912,6 +2943,7 @@ Ws carve(const DecodeWorkspace &w) {
   ws.qb = w.qb;
   ws.sq = w.sq;
   ws.z = w.z;
+  ws.e = w.e;
   ws.bad = w.bad;
   ws.part_n = w.part_n;
   ws.part_t = w.part_t;

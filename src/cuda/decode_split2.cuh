@@ -317,6 +317,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     tlse[g] = 0.0f;
     cut[g] = 0.0f;
   }
+  // Keys whose coarse logit may be a binade or more off are live and refined (planes.h,
+  // coarse_untrusted), whatever the rows' thresholds say.
+  const float e_max = group_e_max(ws, row0, G);
   cp_async_wait<0>();
   __syncthreads();
 
@@ -403,6 +406,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           }
         }
       }
+      // The coarse-error rule depends on the key only: every lane of a key may report it.
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        vbits[sl] |= coarse_untrusted(skj[sl][j], e_max) ? 3 << (3 * j) : 0;
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 4);  // rows of the same half
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
       if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);

@@ -114,6 +114,7 @@ struct DecodeWorkspace {
   float *part_n, *part_t, *part_tl;
   int32_t *flag;
   int64_t *gcnt;
+  float *e;  // [rows]: the coarse logit's error per unit of key scale (planes.h), by the front
   int32_t *newlen, *rej;
   int32_t *nflag;      // the number of groups the guard flagged this step
   int32_t *p1done;     // [B * Hkv]: pass-1 split blocks done
@@ -130,16 +131,16 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
   // gcnt, then newlen, rej, nflag, p1done, ring_next (int32)
   const size_t gcnt_bytes = groups * 5 * 8 + (2 * static_cast<size_t>(c.batch) + 2 + groups) * 4;
-  const size_t sizes[11] = {
+  const size_t sizes[12] = {
       align256(rows * D),          align256(rows * D),          align256(rows * 4),
       align256(rows * 4),          align256(rows * 4),          align256(rows * splits * D * 4),
       align256(rows * splits * 4), align256(rows * splits * 4), align256(groups * 4),
-      align256(gcnt_bytes),        align256(groups * 4)};
+      align256(gcnt_bytes),        align256(groups * 4),        align256(rows * 4)};
   DecodeWorkspace w{};
   w.splits = splits;
-  size_t off[11];
+  size_t off[12];
   size_t total = 0;
-  for (int i = 0; i < 11; ++i) {
+  for (int i = 0; i < 12; ++i) {
     off[i] = total;
     total += sizes[i];
   }
@@ -162,6 +163,7 @@ inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, vo
     w.p1done = w.nflag + 1;
     w.ring_next = w.p1done + groups;
     w.flist = reinterpret_cast<int32_t *>(c0 + off[10]);
+    w.e = reinterpret_cast<float *>(c0 + off[11]);
   }
   return w;
 }

@@ -117,15 +117,20 @@ FOLD_HD float fine_logit(int32_t i_aa, int32_t i_ba, int32_t i_ab, int32_t i_bb,
 // binades low). The screen must not trust s_A where sk * E is large (kCoarseErrorMax).
 constexpr float kCoarseErrorMax = 1.0f;  // log2 units
 
+// E from the q planes' L1 norms (int32: <= 127 * 256 each at D 256).
+FOLD_HD float coarse_error_from_l1(int32_t l1a, int32_t l1b, float sq, int log2n) {
+  // <= 127 * (256 * 127 * 256 + 127 * 256) ~ 1.06e9: exact in int64, one rounding to float.
+  const int64_t c = static_cast<int64_t>(kPlaneMax) * (256 * static_cast<int64_t>(l1a) + l1b);
+  return mul_rn(mul_rn(static_cast<float>(c), sq), exp2i(-(16 + log2n)));
+}
+
 FOLD_HD float coarse_error_per_scale(const int8_t *a, const int8_t *b, int n, float sq) {
   int32_t l1a = 0, l1b = 0;
   for (int d = 0; d < n; ++d) {
     l1a += a[d] < 0 ? -int32_t{a[d]} : int32_t{a[d]};
     l1b += b[d] < 0 ? -int32_t{b[d]} : int32_t{b[d]};
   }
-  // <= 127 * (256 * 127 * 256 + 127 * 256) ~ 1.06e9: exact in int64, one rounding to float.
-  const int64_t c = static_cast<int64_t>(kPlaneMax) * (256 * static_cast<int64_t>(l1a) + l1b);
-  return mul_rn(mul_rn(static_cast<float>(c), sq), exp2i(-(16 + log2_pow2(n))));
+  return coarse_error_from_l1(l1a, l1b, sq, log2_pow2(n));
 }
 
 // Whether a key of scale sk must be live and refined whatever its coarse logit: its error bound
