@@ -212,13 +212,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         delta[static_cast<int64_t>(head) * p.total_tokens + r.first + i] = dl;
         max_b = max(max_b, abs_bits_canonical(dl));
         // ||dO_i|| by row_reduce.h's canonical_norm. Plain rows keep max q (sqrt_rn is
-        // monotone: the root is taken once, below); a row that needs the scaled sum (huge,
-        // tiny, zero or non-finite values) only raises a flag here.
-        if (norm_is_plain(qsum))
-          max_a = max(max_a, abs_bits_canonical(qsum));
-        else
-          needs_scaled = true;
+        // monotone: the root is taken once, below).
+        if (norm_is_plain(qsum)) max_a = max(max_a, abs_bits_canonical(qsum));
       }
+      // A row that needs the scaled sum (huge, tiny or non-finite values) raises a flag; any
+      // lane of the row may see it. A row of zeros does not: its norm is 0, which never raises
+      // the max (loss-masked tokens give such rows, and they would send every block that holds
+      // one through the second pass).
+      if (i < r.len && has_chunk && !norm_is_plain(qsum) &&
+          (qsum != 0.0f ||
+           ((raw_a[s].x | raw_a[s].y | raw_a[s].z | raw_a[s].w) & 0x7fff7fffu) != 0))
+        needs_scaled = true;
     }
   }
 

@@ -108,3 +108,25 @@ def test_preprocess_norm_rare_rows(D, dtype, special):
     for idx in ((0, slice(5, 9), 1), (1, slice(None), slice(2, 4))):
         dout[idx] = (dout[idx].float() * value).to(dtype) if special != "zero" else 0
     _compare(k, v, out, dout)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("D", [64, 96, 128])
+def test_preprocess_norm_rare_rows_varlen(D, dtype):
+    """Packed requests: rare rows at a request's end (next to a request of ordinary rows), a
+    request of huge rows (bf16) and one of zero rows, subnormal rows: bounds bit for bit."""
+    lengths = [70, 0, 129, 1, 300]
+    H, Hkv = 6, 2
+    T = sum(lengths)
+    k = randn((T, Hkv, D), dtype, 20)
+    v = randn((T, Hkv, D), dtype, 21)
+    out = randn((T, H, D), dtype, 22)
+    dout = randn((T, H, D), dtype, 23)
+    dout[60:70] = 0  # the end of request 0
+    dout[199:200, 0:3] = 0  # request 3 (length 1), KV group 0
+    if dtype == torch.bfloat16:
+        dout[70:199] = (dout[70:199].float() * 1e19).to(dtype)  # request 2
+        dout[200:260, 3:6] = (dout[200:260, 3:6].float() * 1e-40).to(dtype)  # subnormal bf16
+    else:
+        dout[200:260, 3:6] = (dout[200:260, 3:6].float() * 1e-7).to(dtype)  # subnormal fp16
+    _compare(k, v, out, dout, cu_from_lengths(lengths))
