@@ -3,7 +3,8 @@
 //
 // Invariant: every kernel and the CPU reference call this one function on the same stored
 // bounds, with only correctly rounded single operations (no contraction), so they all
-// derive the same exponents bit for bit.
+// derive the same exponents bit for bit (double operations only on the rare path where b_ds is
+// below float's normal range: dq_exponent_below_normal).
 //
 // Bounds, for rows i of the group's query heads and keys j of the request:
 //   |dP_ij|           <= ||dO_i|| * ||V_j|| <= max ||dO|| * sqrt(D) * max|V|        = b_dp
@@ -26,6 +27,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/float_bits.h"
 #include "core/host_device.h"
@@ -69,10 +72,50 @@ FOLD_HD int bound_exponent(float x) {
 
 FOLD_HD int clamp_exponent(int e) { return e < -100 ? -100 : (e > 100 ? 100 : e); }
 
+FOLD_HD double dmul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+FOLD_HD double dadd_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// bound_exponent for a finite double: |x| < 2^e; zero and subnormals give -1022.
+FOLD_HD int bound_exponent_f64(double x) {
+#if defined(__CUDA_ARCH__)
+  const uint64_t u = static_cast<uint64_t>(__double_as_longlong(x));
+#else
+  uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+#endif
+  const int biased = static_cast<int>((u >> 52) & 0x7ffu);
+  return biased == 0 ? -1022 : biased - 1022;
+}
+
+// b_dq's exponent when b_ds fell below float's normal range. There b_dp may have lost its
+// bits to underflow (dO and V both tiny: b_dp rounds to a subnormal or 0) while max|K| is
+// huge, so the float b_dq can be far below the true bound and s far too large: the dQ
+// partials would overflow int32. The same three products in double hold every such value
+// (the factors are floats), and correctly rounded double operations agree on host and device.
+// Ordinary bounds never come here, so their s is the float rule's, bit for bit.
+FOLD_HD int dq_exponent_below_normal(const float *bounds, float sqrt_d) {
+  const double b_dp =
+      dmul_rn(dmul_rn(bounds[FOLD_BOUND_MAX_DO_NORM], sqrt_d), bounds[FOLD_BOUND_MAX_ABS_V]);
+  const double b_ds = dadd_rn(b_dp, bounds[FOLD_BOUND_MAX_ABS_DELTA]);
+  return bound_exponent_f64(dmul_rn(b_ds, bounds[FOLD_BOUND_MAX_ABS_K]));
+}
+
 FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
+  const float sqrt_d = sqrt_rn(static_cast<float>(head_dim));
   const float b_dp =
-      mul_rn(mul_rn(bounds[FOLD_BOUND_MAX_DO_NORM], sqrt_rn(static_cast<float>(head_dim))),
-             bounds[FOLD_BOUND_MAX_ABS_V]);
+      mul_rn(mul_rn(bounds[FOLD_BOUND_MAX_DO_NORM], sqrt_d), bounds[FOLD_BOUND_MAX_ABS_V]);
   const float b_ds = add_rn(b_dp, bounds[FOLD_BOUND_MAX_ABS_DELTA]);
   const float b_dq = mul_rn(b_ds, bounds[FOLD_BOUND_MAX_ABS_K]);
   const uint32_t inf = 0x7f800000u;
@@ -80,7 +123,9 @@ FOLD_HD GridScale grid_scale(const float *bounds, int head_dim) {
       (float_to_bits(b_ds) & 0x7fffffffu) < inf && (float_to_bits(b_dq) & 0x7fffffffu) < inf;
   GridScale g;
   g.valid = finite ? 1 : 0;
-  const int s_raw = 29 - bound_exponent(b_dq);
+  const bool ds_below_normal = (float_to_bits(b_ds) & 0x7f800000u) == 0;
+  const int s_raw = 29 - (finite && ds_below_normal ? dq_exponent_below_normal(bounds, sqrt_d)
+                                                    : bound_exponent(b_dq));
   g.s = finite ? (s_raw < -100 ? -100 : (s_raw > 126 ? 126 : s_raw)) : 0;
   g.t = finite ? clamp_exponent(14 - bound_exponent(b_ds)) : 0;
   return g;

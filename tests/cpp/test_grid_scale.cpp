@@ -41,6 +41,31 @@ TEST(GridScale, TinyBoundsScaleDqPastTwoToTheHundred) {
   EXPECT_EQ(g.t, 100);  // b_ds ~ 6.5e-32 ~ 2^-103.6 wants t = 117: clamped
 }
 
+TEST(GridScale, UnderflowedDsBoundStillBoundsDq) {
+  // dO and V tiny, K huge: b_dp = ||dO|| sqrt(D) max|V| rounds to 0 (or a subnormal) in float,
+  // so the float b_dq said 0 and s went to 126, while the true b_dq (e.g. 8e-25 ~ 2^-80) needs
+  // s ~ 109: the dQ partials could then reach 2^46 and overflow int32. b_dq's exponent comes
+  // from double products there.
+  for (float tiny : {1e-30f, 1e-25f, 3e-22f}) {
+    for (float k : {1e20f, 1e30f, 1e35f}) {
+      const float bounds[4] = {k, tiny, tiny, 0.0f};  // max|K|, max|V|, max||dO||, max|D|
+      const GridScale g = grid_scale(bounds, 64);
+      ASSERT_TRUE(g.valid);
+      const double b_dq = static_cast<double>(tiny) * 8.0 * tiny * k;
+      if (b_dq * std::ldexp(1.0, 126) < std::ldexp(1.0, 29)) {
+        EXPECT_EQ(g.s, 126) << tiny << " " << k;  // the clamp binds: dQ keeps 2^-126 units
+      } else {
+        EXPECT_LT(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 29) * 1.0001) << tiny << " " << k;
+        EXPECT_GE(b_dq * std::ldexp(1.0, g.s), std::ldexp(1.0, 27)) << tiny << " " << k;
+      }
+    }
+  }
+  // The float rule is kept wherever b_ds is a normal float (ordinary bounds keep their bits).
+  const float ordinary[4] = {3.0f, 0.5f, 7.0f, 1.0f};
+  const float b_ds = 7.0f * 8.0f * 0.5f + 1.0f;
+  EXPECT_EQ(grid_scale(ordinary, 64).s, 29 - bound_exponent(b_ds * 3.0f));
+}
+
 TEST(GridScale, NonFiniteBoundsAreInvalid) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
