@@ -3080,15 +3080,25 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // GPU; else one row per block, so that a small batch's front spreads over more SMs (its
   // sample is then read once per row, from L2). Scheduling only: no value depends on it.
   const int groups = c.n_kv_heads * c.batch;
-  const int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
+  int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
+  bool small = rows_per_cta == 1, formed = false, form_unroll = false;
+  // FOLD_DECODE_FRONT_FORM (A/B runs; read per call): "R[s][u]", R in {1, 2, 4, 8} rows per
+  // block, s the SMALL instance, u UNROLL wherever the grid fits (with s). Scheduling only.
+  if (const char *f = std::getenv("FOLD_DECODE_FRONT_FORM")) {
+    if (f[0] == '1' || f[0] == '2' || f[0] == '4' || f[0] == '8') {
+      rows_per_cta = f[0] - '0';
+      small = std::strchr(f, 's') != nullptr;
+      formed = true;
+      form_unroll = small && std::strchr(f, 'u') != nullptr;
+    }
+  }
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
-  const bool small = rows_per_cta == 1;
   // UNROLL where one block per SM holds the whole front (the small batches whose front is one
   // chain per row): -2.5% to -3.3% of the graphed attend on the B1 D 64 captures' shape, -0.1% to
   // -0.9% at B1 L32K / B4 L16K D 128 (session 24, notes/decode.md section 34); the same bits.
   // FOLD_DECODE_FRONT_UNROLL=0 turns it off (A/B runs).
   const bool unroll =
-      small && c.head_dim <= 128 && env_on("FOLD_DECODE_FRONT_UNROLL") &&
+      small && c.head_dim <= 128 && (formed ? form_unroll : env_on("FOLD_DECODE_FRONT_UNROLL")) &&
       static_cast<int64_t>(front_grid.x) * front_grid.y * front_grid.z <= sm_count();
   auto front =
       c.head_dim == 64

@@ -198,15 +198,15 @@ MANY = [RAGGED[i % len(RAGGED)] if i not in (31, 32, 63, 64) else [None, 0, 700,
     (31, 32, 63, 64).index(i)] for i in range(70)]
 
 
-def _ring_runs_same_bits(dtype, D, Hkv, G, lengths, seed, set_arm, monkeypatch):
-    """The dense ring on two equal caches, an attend then a step that appends on each, with
-    set_arm(0) / set_arm(1) called before each cache's steps (the settings compared): output,
-    LSE and read statistics bit for bit."""
+def _ring_runs_same_bits(dtype, D, Hkv, G, lengths, seed, set_arm, monkeypatch, depth=None):
+    """The dense ring (or, with a depth, the screened split) on two equal caches, an attend then
+    a step that appends on each, with set_arm(0) / set_arm(1) called before each cache's steps
+    (the settings compared): output, LSE and read statistics bit for bit."""
     monkeypatch.setenv("FOLD_DECODE_RING", "1")
     B = len(lengths)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
     ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=None)
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth)
               for _ in range(2)]
     _fill(caches, k, v, lengths, chunks=2)
     runs = []
@@ -237,6 +237,28 @@ def test_decode_ring_blocks_same_bits(dtype, D, Hkv, G, lengths, blocks, monkeyp
     # front).
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 17, lambda arm: monkeypatch.setenv(
         "FOLD_DECODE_RING_BLOCKS", ["0", blocks][arm]), monkeypatch)
+
+
+@pytest.mark.parametrize("form", ["1s", "2s", "4s", "8", "8s", "8su", "2su"])
+@pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,lengths",
+    [(torch.bfloat16, 128, 2, 16, RAGGED), (torch.float16, 64, 3, 3, RAGGED),
+     (torch.bfloat16, 128, 1, 8, RAGGED)],
+    ids=["bf16-D128-G16", "f16-D64-G3", "bf16-D128-G8"],
+)
+def test_decode_front_form_same_bits(dtype, D, Hkv, G, lengths, depth, form, monkeypatch):
+    # The front's rows per block, its SMALL instance and its UNROLL form
+    # (FOLD_DECODE_FRONT_FORM) are scheduling only: every row's q planes, Z and coarse error are
+    # the same whichever block computes them, so output, LSE and read statistics are bit for bit
+    # the default's, dense and screened, for an attend and a step that appends.
+    def set_arm(arm):
+        if arm == 0:
+            monkeypatch.delenv("FOLD_DECODE_FRONT_FORM", raising=False)
+        else:
+            monkeypatch.setenv("FOLD_DECODE_FRONT_FORM", form)
+
+    _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 29, set_arm, monkeypatch, depth=depth)
 
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
