@@ -486,14 +486,18 @@ __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, con
 }
 
 // The group's largest coarse error per unit of key scale (the rule of planes.h's
-// coarse_untrusted is per key against the group's rows together, as the CPU reference).
+// coarse_untrusted is per key against the group's rows together, as the CPU reference). Called
+// by whole warps: the lanes load the rows in parallel (a loop of G loads, each waited for before
+// the next, sat at the start of every split block), then one reduction. E is never negative nor
+// NaN (planes.h), so its bits order as its values, +inf included: the CPU reference's max.
 __device__ __forceinline__ float group_e_max(const Ws &ws, int64_t row0, int G) {
-  float m = 0.0f;
-  for (int g = 0; g < G; ++g) {
-    const float e = ws.e[row0 + g];
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  unsigned int m = 0u;
+  for (int g = lane; g < G; g += 32) {
+    const unsigned int e = __float_as_uint(ws.e[row0 + g]);
     m = e > m ? e : m;
   }
-  return m;
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, m));
 }
 
 // c += A B on the integer tensor cores: mma.m16n8k32 s8 x s8 -> s32 (exact). Fragments
