@@ -531,14 +531,14 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // rejected appends from Ws::rej). Every writer of those counters runs after the front.
 // (A group without keys returns before its read counters and pass-1 counter are reset: nothing
 // reads them.)
-// SMALL: one row per block (rows_per_cta == 1, a small batch, where the front's chain is the
-// step's critical path): the sample's key rows are prefetched into L2 and the first q row into
-// L1, holding no registers. Else (eight rows per block, several blocks per SM hiding each other's
-// chains) the first row step's q values are loaded into registers at the start, as before this
-// session. Two instances, so that each gets its own register allocation.
-// UNROLL (where the front's grid fits in one block per SM; FOLD_DECODE_FRONT_UNROLL=0 turns it
-// off): SMALL with every sample tile's key loads issued before the first tile's MMAs, registers
-// unbounded (up to 168 at D 128: one block per SM).
+// SMALL: a small batch (fewer groups than SMs: one row per block, or 8 where that grid would not
+// fit one block per SM; the front's chain is the step's critical path): the sample's key rows are
+// prefetched into L2 and the first q row into L1, holding no registers. Else (eight rows per block,
+// several blocks per SM hiding each other's chains) the first row step's q values are loaded into
+// registers at the start, as before this session. Two instances, so that each gets its own register
+// allocation. UNROLL (where the front's grid fits in one block per SM; FOLD_DECODE_FRONT_UNROLL=0
+// turns it off): SMALL with every sample tile's key loads issued before the first tile's MMAs,
+// registers unbounded (up to 168 at D 128: one block per SM).
 template <int E, bool SMALL, bool UNROLL = false>
 __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
@@ -3081,11 +3081,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
   // Front rows per block: a warp per row and 8 rows per block when the groups alone fill the
-  // GPU; else one row per block, so that a small batch's front spreads over more SMs (its
-  // sample is then read once per row, from L2). Scheduling only: no value depends on it.
+  // GPU. Else (a small batch: the SMALL instance) one row per block where that grid fits one
+  // block per SM, so that the front spreads over more SMs (its sample is then read once per row,
+  // from L2); past that, 8 rows per block: one row per block there made several waves of
+  // blocks, each a chain of loads (B32 L32K H 32/2: 1,024 blocks), where 8 rows per block are
+  // one wave, UNROLL where it fits: graphed attend -3.5% at B32 L32K G 16, -1.1 to -2.3% at B16
+  // L16K G 8 and B8 L16K G 4 (session 33, notes/decode.md section 42). Scheduling only: no value
+  // depends on it.
   const int groups = c.n_kv_heads * c.batch;
-  int rows_per_cta = groups >= sm_count() ? kFrontRows : 1;
-  bool small = rows_per_cta == 1, formed = false, form_unroll = false;
+  const bool rows_fit = static_cast<int64_t>(groups) * G <= sm_count();
+  int rows_per_cta = groups < sm_count() && rows_fit ? 1 : kFrontRows;
+  bool small = groups < sm_count(), formed = false, form_unroll = false;
   // FOLD_DECODE_FRONT_FORM (A/B runs; read per call): "R[s][u]", R in {1, 2, 4, 8} rows per
   // block, s the SMALL instance, u UNROLL wherever the grid fits (with s). Scheduling only.
   if (const char *f = std::getenv("FOLD_DECODE_FRONT_FORM")) {
