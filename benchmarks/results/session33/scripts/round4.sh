@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 33, round 4 (diagnostics; library s33c = e5998b1, main's code).
+# 1. The dense ring's tail at G 16 (B32 L32K H 32/2: 4,096 items over 396 fetching blocks = 10.3
+#    rounds, the last third of a round on a third of the blocks) and at B128 L4K (20.7 rounds):
+#    FOLD_DECODE_RING_BLOCKS caps the grid (372 = 11.0 rounds at G 16; 390 = 21.0 at B128).
+# 2. The front's SMALL instance at 8 rows where groups >= SMs (B128 L4K H 32/8, B64 L4K H 16/4 D 64).
+# 3. ncu of the dense ring at G 16 and at B128 G 4 (speed of light, memory, warp states).
+#   OUT=$OUT bash benchmarks/results/session33/scripts/round4.sh
+set -u
+cd "$(dirname "$0")/../../../.."
+source notes/prepared/round_common.sh s33c
+X=$(L s33c)
+step ring_blocks 200 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
+  --env FOLD_DECODE_RING_BLOCKS --values "-,372,390,264" --dense-only --rounds 9 \
+  --shapes "32,32768,32,2,128;128,4096,32,8,128"
+step front8s 200 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
+  --env FOLD_DECODE_FRONT_FORM --values "-,8s" --rounds 9 \
+  --shapes "128,4096,32,8,128;64,4096,16,4,64"
+for s in "32 32768 32 2 128" "128 4096 32 8 128"; do
+  n=ncu_$(echo $s | tr ' ' _)
+  step $n 150 env FOLD_ATTENTION_LIBRARY=$X ncu -k regex:decode_split_ring --launch-skip 3 \
+    --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats \
+    python3 scripts/profile_decode_step.py $s dense
+done
+tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
+grep -v "^\.\.\." "$OUT/summary.txt" | tail -30
+grep -v Warn "$LOGS/ring_blocks.log" "$LOGS/front8s.log" | tail -12
