@@ -2691,8 +2691,14 @@ constexpr int kCombineBatch = 64;  // at most this many splits staged in shared 
 __host__ __device__ constexpr int combine_batch(int S) {
   return S < kCombineBatch ? (S < 1 ? 1 : S) : kCombineBatch;
 }
+// FOLD_DECODE_COMBINE_BATCH = 8 / 16 / 32 caps the batch (A/B runs; read per call).
 inline size_t combine_smem_bytes(int S) {
-  return static_cast<size_t>(combine_batch(S)) * kThreads * 4;
+  int batch = combine_batch(S);
+  if (const char *v = std::getenv("FOLD_DECODE_COMBINE_BATCH")) {
+    const int cap = std::atoi(v);
+    if (cap == 8 || cap == 16 || cap == 32) batch = std::min(batch, cap);
+  }
+  return static_cast<size_t>(batch) * kThreads * 4;
 }
 
 __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
@@ -2722,7 +2728,11 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
     return;
   }
   const int S = ws.splits, nsplit = (L + kSplitKeys - 1) / kSplitKeys;
-  const int batch = combine_batch(S);  // the dynamic shared memory holds this many splits
+  // The splits staged at a time: what the launch's dynamic shared memory holds (the host sizes it:
+  // combine_smem_bytes), at most combine_batch(S). The batch changes no sum's order, so no bit.
+  uint32_t dyn_bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+  const int batch = min(combine_batch(S), static_cast<int>(dyn_bytes / (kThreads * 4)));
   const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
   // Every sum runs over the splits in split order, one thread per sum (the reference's order).
   // The partials of kCombineBatch splits are first staged in shared memory, all copies in

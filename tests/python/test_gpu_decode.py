@@ -198,15 +198,16 @@ MANY = [RAGGED[i % len(RAGGED)] if i not in (31, 32, 63, 64) else [None, 0, 700,
     (31, 32, 63, 64).index(i)] for i in range(70)]
 
 
-def _ring_runs_same_bits(dtype, D, Hkv, G, lengths, seed, set_arm, monkeypatch, depth=None):
+def _ring_runs_same_bits(dtype, D, Hkv, G, lengths, seed, set_arm, monkeypatch, depth=None,
+                         max_len=2200):
     """The dense ring (or, with a depth, the screened split) on two equal caches, an attend then
     a step that appends on each, with set_arm(0) / set_arm(1) called before each cache's steps
     (the settings compared): output, LSE and read statistics bit for bit."""
     monkeypatch.setenv("FOLD_DECODE_RING", "1")
     B = len(lengths)
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
+    q, k, v = synth(B, Hkv, G, D, max_len - 100, seed=seed, dtype=dtype)
     ks, vs = torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth)
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, max_len, page_size=128, dtype=dtype, depth=depth)
               for _ in range(2)]
     _fill(caches, k, v, lengths, chunks=2)
     runs = []
@@ -259,6 +260,25 @@ def test_decode_front_form_same_bits(dtype, D, Hkv, G, lengths, depth, form, mon
             monkeypatch.setenv("FOLD_DECODE_FRONT_FORM", form)
 
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 29, set_arm, monkeypatch, depth=depth)
+
+
+@pytest.mark.parametrize("batch", ["8", "16"])
+@pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
+@pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 1, 16)],
+                         ids=["bf16-D128-G4", "f16-D64-G16"])
+def test_decode_combine_batch_same_bits(dtype, D, Hkv, G, depth, batch, monkeypatch):
+    # The combine stages the splits' partials in batches sized by its launch's shared memory
+    # (FOLD_DECODE_COMBINE_BATCH caps it; 18 splits here, so 3 or 2 batches against 1): every
+    # sum still runs over the splits in split order, so output, LSE and statistics are the
+    # default's bits.
+    def set_arm(arm):
+        if arm == 0:
+            monkeypatch.delenv("FOLD_DECODE_COMBINE_BATCH", raising=False)
+        else:
+            monkeypatch.setenv("FOLD_DECODE_COMBINE_BATCH", batch)
+
+    _ring_runs_same_bits(dtype, D, Hkv, G, [9000, 4700, 513, 1], 31, set_arm, monkeypatch,
+                         depth=depth, max_len=9200)
 
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
