@@ -488,14 +488,17 @@ __device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, con
 // The group's largest coarse error per unit of key scale (the rule of planes.h's
 // coarse_untrusted is per key against the group's rows together, as the CPU reference). Called
 // by whole warps: the lanes load the rows in parallel (a loop of G loads, each waited for before
-// the next, sat at the start of every split block), then one reduction. E is never negative nor
-// NaN (planes.h), so its bits order as its values, +inf included: the CPU reference's max.
+// the next, sat at the start of every split block), then one reduction. For finite q rows E is
+// never negative nor NaN (planes.h), so its bits order as its values, +inf included: the CPU
+// reference's max. A non-finite q row (which the CPU reference refuses; a graphed step may still
+// carry one) gives E = -0 or NaN, whose bits rank above +inf: such values are skipped, as the float
+// comparison skipped them, so that one bad row does not switch the rule off for its group.
 __device__ __forceinline__ float group_e_max(const Ws &ws, int64_t row0, int G) {
   const int lane = static_cast<int>(threadIdx.x & 31u);
   unsigned int m = 0u;
   for (int g = lane; g < G; g += 32) {
     const unsigned int e = __float_as_uint(ws.e[row0 + g]);
-    m = e > m ? e : m;
+    m = e > m && e <= 0x7f800000u ? e : m;
   }
   return __uint_as_float(__reduce_max_sync(0xffffffffu, m));
 }
@@ -2735,7 +2738,7 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
   const int batch = min(combine_batch(S), static_cast<int>(dyn_bytes / (kThreads * 4)));
   const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
   // Every sum runs over the splits in split order, one thread per sum (the reference's order).
-  // The partials of kCombineBatch splits are first staged in shared memory, all copies in
+  // The partials of a batch of splits are first staged in shared memory, all copies in
   // flight at once (cp.async 16-byte pieces for N, a coalesced load per thread for T / T_lse),
   // so a sum waits one memory latency per batch instead of one per few splits.
   float n = 0.0f, t = 0.0f, tl = 0.0f;
