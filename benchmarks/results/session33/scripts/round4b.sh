@@ -10,10 +10,18 @@
 #   OUT=$OUT bash benchmarks/results/session33/scripts/round4b.sh
 set -u
 cd "$(dirname "$0")/../../../.."
-source notes/prepared/round_common.sh s33d
+source notes/prepared/round_common.sh s33d s33c
 X=$(L s33d)
 chk decode_tests 200 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m gpu -p no:logging \
   tests/python/test_gpu_decode.py
+for n in s33d s33c; do
+  step hash_$n 150 env FOLD_ATTENTION_LIBRARY=$(L $n) python3 scripts/decode_hashes.py --depths none,16
+done
+if cmp -s <(grep -v "^==" "$LOGS/hash_s33d.log") <(grep -v "^==" "$LOGS/hash_s33c.log"); then
+  echo "== decode hashes s33d = s33c: same" >> "$OUT/summary.txt"
+else
+  echo "== decode hashes s33d = s33c: DIFFER" >> "$OUT/summary.txt"; fail=1
+fi
 # 4. The combine's staging batch (64 splits = 64 KB per block at L 32K: 3 blocks per SM, so B32 G 16's
 #    512 blocks are 1.3 waves): default / 32 / 16.
 step combine_ab 200 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
