@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 33, round 5 (library s33e: s33d + the combine's 32-split rule where its grid exceeds three
+# blocks per SM). The combine / front / ring bit tests, decode hashes against s33d, the rule
+# against a forced 64 (B32 L32K G 16 takes 32; B1 L32K and B8 L16K keep 64), then an ncu profile
+# of the dense ring at G 16 for the next session.
+#   OUT=$OUT bash benchmarks/results/session33/scripts/round5.sh
+set -u
+cd "$(dirname "$0")/../../../.."
+source notes/prepared/round_common.sh s33e s33d
+X=$(L s33e)
+chk bit_tests 120 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m gpu -p no:logging \
+  tests/python/test_gpu_decode.py -k "combine_batch or front_form or ring_schedule or matches_cpu"
+for n in s33e s33d; do
+  step hash_$n 150 env FOLD_ATTENTION_LIBRARY=$(L $n) python3 scripts/decode_hashes.py --depths none,16
+done
+if cmp -s <(grep -v "^==" "$LOGS/hash_s33e.log") <(grep -v "^==" "$LOGS/hash_s33d.log"); then
+  echo "== decode hashes s33e = s33d: same" >> "$OUT/summary.txt"
+else
+  echo "== decode hashes s33e = s33d: DIFFER" >> "$OUT/summary.txt"; fail=1
+fi
+step combine_rule 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
+  --env FOLD_DECODE_COMBINE_BATCH --values "-,64" --rounds 9 \
+  --shapes "32,32768,32,2,128;1,32768,32,8,128;8,16384,32,8,128"
+step ncu_g16 150 env FOLD_ATTENTION_LIBRARY=$X ncu -k regex:decode_split_ring --launch-skip 3 \
+  --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+  --section WarpStateStats --section Occupancy --section LaunchStats \
+  python3 scripts/profile_decode_step.py 32 32768 32 2 128 dense
+echo "== round 5 checks failed: $fail" >> "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
+grep -v "^\.\.\." "$OUT/summary.txt" | tail -24
+grep -v Warn "$LOGS/combine_rule.log" | tail -8
