@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Session 33, round 5 (library s33e: s33d + the combine's 32-split rule where its grid exceeds three
-# blocks per SM). The combine / front / ring bit tests, decode hashes against s33d, the rule
+# Prepared in session 33, NOT RUN (no device time was left): patches/decode-combine-rule-prepared.patch
+# (`git am` on main; build it as .ab/s33e.so.xz, main's as .ab/s33d.so.xz, each with its .commit).
+# Library s33e: main + the combine's 32-split rule where its grid exceeds three blocks per SM. The combine / front / ring bit tests, decode hashes against s33d, the rule
 # against a forced 64 (B32 L32K G 16 takes 32; B1 L32K and B8 L16K keep 64), then an ncu profile
 # of the dense ring at G 16 for the next session.
-#   OUT=$OUT bash benchmarks/results/session33/scripts/round5.sh
+#   OUT=$OUT bash benchmarks/results/session33/scripts/next_round_combine_rule.sh
 set -u
 cd "$(dirname "$0")/../../../.."
 source notes/prepared/round_common.sh s33e s33d
@@ -25,7 +26,7 @@ step ncu_g16 150 env FOLD_ATTENTION_LIBRARY=$X ncu -k regex:decode_split_ring --
   --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section Occupancy --section LaunchStats \
   python3 scripts/profile_decode_step.py 32 32768 32 2 128 dense
-echo "== round 5 checks failed: $fail" >> "$OUT/summary.txt"
+echo "== combine-rule round checks failed: $fail" >> "$OUT/summary.txt"
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep -v "^\.\.\." "$OUT/summary.txt" | tail -24
 grep -v Warn "$LOGS/combine_rule.log" | tail -8
