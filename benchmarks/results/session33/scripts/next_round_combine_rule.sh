@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 33, NOT RUN (no device time was left): patches/decode-combine-rule-prepared.patch
 # (`git am` on main; build it as .ab/s33e.so.xz, main's as .ab/s33d.so.xz, each with its .commit).
-# Library s33e: main + the combine's 32-split rule where its grid exceeds three blocks per SM. The combine / front / ring bit tests, decode hashes against s33d, the rule
+# Library s33e: main + the combine's 32-split rule where its grid exceeds three blocks per SM.
+# The combine / front / ring bit tests, decode hashes against s33d (= main's code), the rule
 # against a forced 64 (B32 L32K G 16 takes 32; B1 L32K and B8 L16K keep 64), then an ncu profile
 # of the dense ring at G 16 for the next session.
 #   OUT=$OUT bash benchmarks/results/session33/scripts/next_round_combine_rule.sh
