@@ -23,6 +23,10 @@ fi
 step combine_rule 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
   --env FOLD_DECODE_COMBINE_BATCH --values "-,64" --rounds 9 \
   --shapes "32,32768,32,2,128;1,32768,32,8,128;8,16384,32,8,128"
+# The front's SMALL instance at 8 rows where groups >= SMs (round 4's unrun item).
+step front8s 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
+  --env FOLD_DECODE_FRONT_FORM --values "-,8s" --rounds 9 \
+  --shapes "128,4096,32,8,128;64,4096,16,4,64"
 step ncu_g16 150 env FOLD_ATTENTION_LIBRARY=$X ncu -k regex:decode_split_ring --launch-skip 3 \
   --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section Occupancy --section LaunchStats \
@@ -30,4 +34,4 @@ step ncu_g16 150 env FOLD_ATTENTION_LIBRARY=$X ncu -k regex:decode_split_ring --
 echo "== combine-rule round checks failed: $fail" >> "$OUT/summary.txt"
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep -v "^\.\.\." "$OUT/summary.txt" | tail -24
-grep -v Warn "$LOGS/combine_rule.log" | tail -8
+grep -v Warn "$LOGS/combine_rule.log" "$LOGS/front8s.log" | tail -12
