@@ -26,3 +26,12 @@ fail=0
 chk() { step "$@"; tail -n 4 "$OUT/summary.txt" | grep -q "^== $1 rc=0 " || fail=1; }
 KT="python3 scripts/decode_kernel_times.py --screened-only --shapes"
 SH="128,4096,32,8,128;1,32768,32,8,128;1,2048,9,3,64;1,8192,9,3,64;32,32768,32,2,128;32,16384,32,8,64"
+# same_logs A B LABEL: "== LABEL: same" in the summary if logs A and B ($LOGS/A.log, $LOGS/B.log)
+# agree outside their "==" lines, else "DIFFER" and fail=1 (hash comparisons between libraries).
+same_logs() {
+  if cmp -s <(grep -v "^==" "$LOGS/$1.log") <(grep -v "^==" "$LOGS/$2.log"); then
+    echo "== $3: same" >> "$OUT/summary.txt"
+  else
+    echo "== $3: DIFFER" >> "$OUT/summary.txt"; fail=1
+  fi
+}

@@ -15,11 +15,7 @@ chk bit_tests 120 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m gpu -p n
 for n in s33e s33d; do
   step hash_$n 150 env FOLD_ATTENTION_LIBRARY=$(L $n) python3 scripts/decode_hashes.py --depths none,16
 done
-if cmp -s <(grep -v "^==" "$LOGS/hash_s33e.log") <(grep -v "^==" "$LOGS/hash_s33d.log"); then
-  echo "== decode hashes s33e = s33d: same" >> "$OUT/summary.txt"
-else
-  echo "== decode hashes s33e = s33d: DIFFER" >> "$OUT/summary.txt"; fail=1
-fi
+same_logs hash_s33e hash_s33d "decode hashes s33e = s33d"
 step combine_rule 120 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
   --env FOLD_DECODE_COMBINE_BATCH --values "-,64" --rounds 9 \
   --shapes "32,32768,32,2,128;1,32768,32,8,128;8,16384,32,8,128"

@@ -19,13 +19,8 @@ for v in 0 8; do
     --depths none,16
 done
 step hash_main 150 env FOLD_ATTENTION_LIBRARY=$(L s33d) python3 scripts/decode_hashes.py --depths none,16
-for v in 8 main; do
-  if cmp -s <(grep -v "^==" "$LOGS/hash_pf0.log") <(grep -v "^==" "$LOGS/hash_${v/#8/pf8}.log"); then
-    echo "== decode hashes pf1 (L2PF 0) = $v: same" >> "$OUT/summary.txt"
-  else
-    echo "== decode hashes pf1 (L2PF 0) = $v: DIFFER" >> "$OUT/summary.txt"; fail=1
-  fi
-done
+same_logs hash_pf0 hash_pf8 "decode hashes pf1 L2PF 0 = 8"
+same_logs hash_pf0 hash_main "decode hashes pf1 L2PF 0 = main"
 chk decode_tests 200 env FOLD_ATTENTION_LIBRARY=$X FOLD_DECODE_L2PF=8 python3 -m pytest -q -m gpu \
   -p no:logging tests/python/test_gpu_decode.py
 step l2pf_ab 300 env FOLD_ATTENTION_LIBRARY=$X python3 scripts/decode_env_ab.py \
