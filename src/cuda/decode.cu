@@ -2694,14 +2694,18 @@ constexpr int kCombineBatch = 64;  // at most this many splits staged in shared 
 __host__ __device__ constexpr int combine_batch(int S) {
   return S < kCombineBatch ? (S < 1 ? 1 : S) : kCombineBatch;
 }
-// FOLD_DECODE_COMBINE_BATCH = 8 / 16 / 32 caps the batch (A/B runs; read per call).
-inline size_t combine_smem_bytes(int S) {
-  int batch = combine_batch(S);
+// The combine's batch: 32 splits where its grid would exceed the three blocks per SM that 64
+// splits (64 KB) allow, so that it stays one wave (B32 L32K H 32/2: 512 blocks; graphed attend
+// -0.8 to -1.0%), else combine_batch(S) (at B1 L32K 32 would cost +2.2 to +2.7%: each block then
+// waits two memory latencies; session 33). FOLD_DECODE_COMBINE_BATCH = 8 / 16 / 32 / 64 sets the
+// cap instead (A/B runs; read per call). No bit depends on the batch.
+inline size_t combine_smem_bytes(int S, int64_t grid_blocks) {
+  int cap = grid_blocks > 3 * static_cast<int64_t>(sm_count()) ? 32 : kCombineBatch;
   if (const char *v = std::getenv("FOLD_DECODE_COMBINE_BATCH")) {
-    const int cap = std::atoi(v);
-    if (cap == 8 || cap == 16 || cap == 32) batch = std::min(batch, cap);
+    const int x = std::atoi(v);
+    if (x == 8 || x == 16 || x == 32 || x == 64) cap = x;
   }
-  return static_cast<size_t>(batch) * kThreads * 4;
+  return static_cast<size_t>(std::min(combine_batch(S), cap)) * kThreads * 4;
 }
 
 __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
@@ -3153,7 +3157,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
   const auto split = plain_split_kernel<false>(c.head_dim, mma);
   const auto split_list = plain_split_kernel<true>(c.head_dim, mma);
-  const size_t combine_smem = combine_smem_bytes(w.splits);
+  const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
+  const size_t combine_smem =
+      combine_smem_bytes(w.splits, static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z);
   // Pass 1's split also combines (its last block per group): room for the combine's staging.
   const size_t smem_list = std::max(smem, combine_smem);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
@@ -3163,7 +3169,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine_kernel),
                        static_cast<int>(combine_smem), "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
-  const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
   if (ring && stages == 4 && !stages_forced) {
