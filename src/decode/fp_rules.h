@@ -79,19 +79,22 @@ FOLD_HD float rint_finite_rne(float x) {
 FOLD_HD float exp2_fp_in_range(float x) {
   const float n = rint_finite_rne(x);  // (x is finite)
   const float f = sub_rn(x, n);
+  // Horner with one rounding per step (fma_rn: IEEE fusedMultiplyAdd on both sides): half
+  // the instructions of a separate multiply and add, which the kernels run per key and row
+  // (the dense ring's chunk: ~25 instructions per exp2 before, session 34), and no less exact.
   float p = 1.5337577497120947e-4f;
-  p = add_rn(mul_rn(p, f), 1.3399859890341759e-3f);
-  p = add_rn(mul_rn(p, f), 9.618519805371761e-3f);
-  p = add_rn(mul_rn(p, f), 5.550329014658928e-2f);
-  p = add_rn(mul_rn(p, f), 2.4022646248340607e-1f);
-  p = add_rn(mul_rn(p, f), 6.931471824645996e-1f);
-  p = add_rn(mul_rn(p, f), 1.0f);
+  p = fma_rn(p, f, 1.3399859890341759e-3f);
+  p = fma_rn(p, f, 9.618519805371761e-3f);
+  p = fma_rn(p, f, 5.550329014658928e-2f);
+  p = fma_rn(p, f, 2.4022646248340607e-1f);
+  p = fma_rn(p, f, 6.931471824645996e-1f);
+  p = fma_rn(p, f, 1.0f);
   return mul_rn(p, exp2i(static_cast<int>(n)));
 }
 
 // 2^x. x >= 128 gives +inf, x < -125 gives 0 (weights that small never matter: the guard
 // keeps a row's total within [2^-3, 2^14]). Else 2^n * P(f), n = rint(x), f = x - n in
-// [-1/2, 1/2] (exact), P a degree-6 fit of 2^f (relative error < 1e-7 in fp32 Horner).
+// [-1/2, 1/2] (exact), P a degree-6 fit of 2^f (relative error < 1e-7 in fp32 Horner, fused steps).
 FOLD_HD float exp2_fp(float x) {
   if (!(x < 128.0f)) return bits_to_float(0x7f800000u);
   if (x < -125.0f) return 0.0f;
