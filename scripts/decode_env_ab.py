@@ -16,6 +16,11 @@ python scripts/decode_env_ab.py --depths "16,none" --shapes "..."
 compares the cache's depth instead (arms: depth values, "none" reads every key): one cache per
 shape, built at the first arm's depth, its `depth` set per arm before that arm's capture.
 --v8: caches with V in two E4M3 planes.
+
+--capture LAYER: the cache of a real-model capture's layer (benchmarks/captures.py; the first
+capture found) instead of the synthetic one; each shape is "B,L" (heads and head dim are the
+capture's): the capture's request at length L (its query the token at L - 1) repeated B times,
+so that a batch has the real cache's live fractions.
 """
 
 import os
@@ -29,7 +34,8 @@ from graph_timing import replay_times
 
 sys.path.insert(0, ".")  # the repository root: the protocol's cache builders
 from benchmarks.arms.fold import build_cache  # noqa: E402
-from benchmarks.decode import synthetic_problem  # noqa: E402
+from benchmarks.arms.problems import DecodeProblem  # noqa: E402
+from benchmarks.decode import capture_problem, synthetic_problem  # noqa: E402
 
 
 def arg(name, default):
@@ -44,6 +50,25 @@ if DEPTH_ARMS:
 if (not ENV or len(VALUES) < 2) and len(DEPTH_ARMS) < 2:
     sys.exit("usage: --env NAME --values A,B[,...] or --depths A,B[,...] (see the docstring)")
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in arg("--shapes", "").split(";") if s]
+CAPTURE_LAYER = arg("--capture", "")
+CAP = None
+if CAPTURE_LAYER:
+    from benchmarks import captures
+
+    caps = captures.load_all()
+    if not caps:
+        sys.exit("--capture: no capture found (python -m benchmarks.make_capture)")
+    CAP = caps[0]
+    m = CAP.meta
+    SHAPES = [(s[0], s[1], m["n_heads"], m["n_kv_heads"], m["head_dim"]) for s in SHAPES]
+
+
+def make_problem(B, L, H, Hkv, D):
+    if CAP is None:
+        return synthetic_problem(B, L, H, Hkv, D)
+    p = capture_problem(CAP, CAPTURE_LAYER, L)
+    rep = lambda x: x.expand(B, *x.shape[1:]).contiguous()  # noqa: E731
+    return DecodeProblem(q=rep(p.q), k=rep(p.k), v=rep(p.v), extra=p.extra)
 DEPTHS = [DEPTH_ARMS[0]] if DEPTH_ARMS else [None] if "--dense-only" in sys.argv \
     else [16.0] if "--screened-only" in sys.argv else [None, 16.0]
 ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))
@@ -64,7 +89,7 @@ def set_env(value):
 print(f"{ENV}: arms {VALUES}; {ROUNDS} rounds x {REPS} replays, interleaved", flush=True)
 for B, L, H, Hkv, D in SHAPES:
     for depth in DEPTHS:
-        prob = synthetic_problem(B, L, H, Hkv, D)
+        prob = make_problem(B, L, H, Hkv, D)
         cache, q = build_cache(prob, depth, V8, max_len=SPARE * L + 64), prob.q
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
@@ -89,6 +114,7 @@ for B, L, H, Hkv, D in SHAPES:
         cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
         spare = f" max_len={SPARE * L + 64}" if SPARE > 1 else ""
         v8 = " v8" if V8 else ""
+        v8 += f" capture layer {CAPTURE_LAYER}" if CAP is not None else ""
         print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}{v8}{spare}: {cells}", flush=True)
         del graphs, cache, q
         torch.cuda.empty_cache()
