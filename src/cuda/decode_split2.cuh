@@ -335,25 +335,31 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
   asm volatile("" : "+r"(pv_a));
   asm volatile("" : "+r"(pv_b));
-  // The value gathers by rows: copy i of a warp's lane takes 16-byte piece lane % PPR of the
-  // warp's key kv + RPI i (of its 8 keys in each half), so that one copy instruction moves RPI
-  // whole rows (D 128: two rows of 256 bytes) where it moved a 64-byte quarter of 8 rows (ncu,
-  // session 34, B128 L4K: these copies were 2.5 M of the kernel's 29.5 M excess shared
-  // wavefronts each). The lane's stage row at its piece (half h: + 64 h VR, copy i: + RPI i VR)
-  // and its source offset in a half's rows (copy i: + RPI i 2 D).
+  // D >= 128 (BYROW): the value gathers by rows. Copy i of a warp's lane takes 16-byte piece
+  // lane % PPR of the warp's key kv + RPI i (of its 8 keys in each half), so that one copy
+  // instruction moves RPI whole rows (D 128: two rows of 256 bytes) where it moved a 64-byte
+  // quarter of 8 rows (ncu, session 34, B128 L4K: each such copy cost 3.5 wavefronts of the
+  // ideal 1; graphed attend -3 to -9% at D 128 G 4 / 8). D 64 keeps the thread's own key kq
+  // (+1.5% by rows at B32 L16K: its quarter rows of 128 bytes were not split that badly).
+  // BYROW: the lane's stage row at its piece (half h: + 64 h VR, copy i: + RPI i VR) and its
+  // source offset in a half's rows (copy i: + RPI i 2 D); else the stage row kq at the thread's
+  // quarter (half h: + 64 h VR, piece i: + 64 i).
+  constexpr bool BYROW = D >= 128;
   constexpr int PPR = D / 8, RPI = 32 / PPR;  // pieces per value row, rows per copy
-  const int kv = lane / PPR;
-  unsigned char *const v_p = stage + (8 * warp + kv) * VR + 16 * (lane % PPR);
+  const int kv = BYROW ? lane / PPR : 0;
+  unsigned char *const v_p =
+      BYROW ? stage + (8 * warp + kv) * VR + 16 * (lane % PPR) : stage + kq * VR + 16 * u;
   const int v_src = (8 * warp + kv) * 2 * D + 16 * (lane % PPR);
+  // BYROW: bit 4 k + h, the warp's stage row (half h, key 8 warp + k) may hold a value (see
+  // split_item), as the bits of the ballot lc below; else row_held[h] for the thread's key kq.
+  uint32_t rows_held = 0x33333333u;
+  bool row_held[2] = {true, true};
   // Live keys + refined keys << 16, as seen by this thread: every thread counts its key kq of
   // both halves, so the block's sum is four times the split's counts (<= 4 kSplitKeys each).
   static_assert(4 * kSplitKeys < 0x10000, "the live count must not carry into the refined one");
   uint32_t cnt = 0u;
   int n_pages = 0;
   bool page_has_cut = false;
-  // Bit 4 k + h: the warp's stage row (half h, key 8 warp + k) may hold a value (see
-  // split_item); the bits of the ballot lc below.
-  uint32_t rows_held = 0x33333333u;
   const int nsteps = (s1 - s0 + kStep2 - 1) / kStep2;
   // The byte offset from w of the lane's row r0 at key kl0(0), computed once and pinned (A): row
   // block rb and slot sl then add constants, where ptxas rebuilt r kWS2 + kl0(sl) per use.
@@ -454,30 +460,53 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     cnt += (live[0] ? 1u : 0u) + (live[1] ? 1u : 0u) + (refine[0] ? 0x10000u : 0u) +
            (refine[1] ? 0x10000u : 0u);
     // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
-    // 64 h + k, by rows: v_p above); then the next step's plane A. Each copy from one source
-    // pointer and the destination v_p plus constants: written per piece, both addresses were
-    // rebuilt for every copy, the offsets OR-ed in, not folded into the immediates.
+    // 64 h + k: v_p above); then the next step's plane A. Each copy from one source pointer and
+    // the destination v_p plus constants: written per piece, both addresses were rebuilt for
+    // every copy, the offsets OR-ed in, not folded into the instruction's immediates.
+    if constexpr (BYROW) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!SA && refine[h]) {
-        const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + (rows[h] + kq) * D);
+      for (int h = 0; h < 2; ++h) {
+        if (!SA && refine[h]) {
+          const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + (rows[h] + kq) * D);
 #pragma unroll
-        for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+          for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+        }
+      }
+      const uint32_t lv = lc >> (4 * kv), hv = rows_held >> (4 * kv);  // (this lane's rows)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 2 * NP; ++i) {
+          unsigned char *dst = v_p + (kChunk * h + RPI * i) * VR;
+          if ((lv >> (4 * RPI * i + h)) & 1u)
+            cp_async16(dst, s_pv[2 * si + h] + (v_src + RPI * i * 2 * D));
+          else if ((hv >> (4 * RPI * i + h)) & 1u)
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+      rows_held = lc & 0x33333333u;
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned char *dst = v_p + kChunk * h * VR;
+        if (live[h]) {
+          const int64_t rr = rows[h] + kq;
+          if (!SA && refine[h]) {
+            const int4 *pb = reinterpret_cast<const int4 *>(c.k_b + rr * D);
+#pragma unroll
+            for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
+          }
+          const unsigned char *src = s_pv[2 * si + h] + (kq * 2 * D + 16 * u);
+#pragma unroll
+          for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
+        } else if (row_held[h]) {
+#pragma unroll
+          for (int i = 0; i < 2 * NP; ++i)
+            *reinterpret_cast<uint4 *>(dst + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        row_held[h] = live[h];
       }
     }
-    const uint32_t lv = lc >> (4 * kv), hv = rows_held >> (4 * kv);  // (this lane's rows)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i) {
-        unsigned char *dst = v_p + (kChunk * h + RPI * i) * VR;
-        if ((lv >> (4 * RPI * i + h)) & 1u)
-          cp_async16(dst, s_pv[2 * si + h] + (v_src + RPI * i * 2 * D));
-        else if ((hv >> (4 * RPI * i + h)) & 1u)
-          *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-    rows_held = lc & 0x33333333u;
     cp_async_commit();
     if (more) {
       if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
