@@ -346,6 +346,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // quarter (half h: + 64 h VR, piece i: + 64 i).
   constexpr bool BYROW = D >= 128;
   constexpr int PPR = D / 8, RPI = 32 / PPR;  // pieces per value row, rows per copy
+  static_assert(!BYROW || 32 % PPR == 0, "by rows: a warp's copy covers whole rows");
   const int kv = BYROW ? lane / PPR : 0;
   unsigned char *const v_p =
       BYROW ? stage + (8 * warp + kv) * VR + 16 * (lane % PPR) : stage + kq * VR + 16 * u;
