@@ -834,6 +834,15 @@ __host__ __device__ constexpr int pv_halves(int D) { return D / (32 * pv_cols(D)
 // The value product on the tensor cores (split kernels with bf16 / fp16 V): stage rows padded by
 // 16 bytes so that ldmatrix's 8 rows of 16 bytes fall in distinct banks.
 __host__ __device__ constexpr int pv_vrow(int D, bool mma) { return mma ? 2 * D + 16 : 2 * D; }
+// split2's value stage rows. D >= 128: 256-byte rows (no padding), piece c (16 bytes) of row k at
+// c ^ (k % 8), so that the value product's ldmatrix (8 rows at one piece) stays free of bank
+// conflicts and the gathers' copies by rows write whole aligned 128-byte lines (the 272-byte
+// padded rows made each 256-byte row straddle three: ~3 wavefronts per one needed, ncu, session
+// 34). D 64: pv_vrow's padded rows.
+__host__ __device__ constexpr bool split2_vswz(int D) { return D >= 128; }
+__host__ __device__ constexpr int split2_vrow(int D) {
+  return split2_vswz(D) ? 2 * D : pv_vrow(D, true);
+}
 // Warps per m tile (16 columns of V), each summing its own part of a chunk's keys into its own
 // N slice: D 64 has 4 m tiles for 8 warps.
 __host__ __device__ constexpr int pv_kparts(int D) { return D >= 128 ? 1 : 128 / D; }
@@ -967,14 +976,22 @@ __device__ __forceinline__ void pv_mma_chunk(float *ns, const uint16_t *wop,
 // wop, with the warp's m tile and key part folded in: A = pv_a_base + kpart's first key * VR + 32
 // m tile, B = pv_b_base + 2 * kpart's first key. pv_mma_chunk_acc_at adds only 16 kk * VR and
 // 2 (8 nb WROW + 16 kk), compile-time constants.
-template <int D, int WROW>
+// SWZ: the stage's pieces swizzled by row (split2_vrow); the lane's row is 8 (lane / 16) +
+// lane % 8 past a multiple of 8 (kfirst and pv_mma_chunk_acc_at's 16 kk), so its piece is
+// (2 m tile + (lane / 8) % 2) ^ (lane % 8).
+template <int D, int WROW, bool SWZ = false>
 __device__ __forceinline__ void pv_acc_bases(const unsigned char *sv, const uint16_t *wop, int VR,
                                              int warp, int lane, uint32_t &a_base,
                                              uint32_t &b_base) {
   constexpr int MT = D / 16, KP = pv_kparts(D);
   const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
   const int kfirst = kpart * (kChunk / KP);
-  a_base = pv_a_base(sv, VR, lane) + static_cast<uint32_t>(kfirst * VR + 32 * mtile);
+  if constexpr (SWZ)
+    a_base = hopper::smem_u32(sv) +
+             static_cast<uint32_t>((kfirst + (lane >> 4) * 8 + (lane & 7)) * VR +
+                                   16 * ((2 * mtile + ((lane >> 3) & 1)) ^ (lane & 7)));
+  else
+    a_base = pv_a_base(sv, VR, lane) + static_cast<uint32_t>(kfirst * VR + 32 * mtile);
   b_base = pv_b_base<WROW>(wop, lane) + static_cast<uint32_t>(kfirst * 2);
 }
 // pv_mma_chunk with one m tile per warp and NB row blocks (split2: G <= 16, D 64 / 128), the

@@ -55,7 +55,7 @@ static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
-         + static_cast<size_t>(kStep2) * pv_vrow(D, true)  // value stage, one row per key
+         + static_cast<size_t>(kStep2) * split2_vrow(D)    // value stage, one row per key
          + static_cast<size_t>(pv_kparts(D)) * rs * D * 4  // N's slices
          + static_cast<size_t>(G) * kWS2 * 4               // coarse logits w
          + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
@@ -164,7 +164,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
                                             const int s, const int hk, const int b,
                                             const int32_t *lengths) {
   constexpr int D = 64 * NP;
-  constexpr int VR = pv_vrow(D, true);
+  constexpr int VR = split2_vrow(D);
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
@@ -332,7 +332,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // empty asm makes them opaque, so ptxas keeps the two registers instead of rebuilding both
   // addresses in every conditional 16-key step; half h adds kChunk h VR and 2 kChunk h bytes.
   uint32_t pv_a, pv_b;
-  pv_acc_bases<D, kWRow2>(stage, wop, VR, warp, lane, pv_a, pv_b);
+  pv_acc_bases<D, kWRow2, split2_vswz(D)>(stage, wop, VR, warp, lane, pv_a, pv_b);
   asm volatile("" : "+r"(pv_a));
   asm volatile("" : "+r"(pv_b));
   // D >= 128 (BYROW): the value gathers by rows. Copy i of a warp's lane takes 16-byte piece
@@ -345,11 +345,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // source offset in a half's rows (copy i: + RPI i 2 D); else the stage row kq at the thread's
   // quarter (half h: + 64 h VR, piece i: + 64 i).
   constexpr bool BYROW = D >= 128;
+  static_assert(BYROW == split2_vswz(D), "the swizzled stage is written by rows");
   constexpr int PPR = D / 8, RPI = 32 / PPR;  // pieces per value row, rows per copy
   static_assert(!BYROW || 32 % PPR == 0, "by rows: a warp's copy covers whole rows");
   const int kv = BYROW ? lane / PPR : 0;
-  unsigned char *const v_p =
-      BYROW ? stage + (8 * warp + kv) * VR + 16 * (lane % PPR) : stage + kq * VR + 16 * u;
+  // (BYROW: the row base; copy i's piece is (lane % PPR) ^ ((kv + RPI i) % 8), split2_vrow.)
+  unsigned char *const v_p = BYROW ? stage + (8 * warp + kv) * VR : stage + kq * VR + 16 * u;
   const int v_src = (8 * warp + kv) * 2 * D + 16 * (lane % PPR);
   // BYROW: bit 4 k + h, the warp's stage row (half h, key 8 warp + k) may hold a value (see
   // split_item), as the bits of the ballot lc below; else row_held[h] for the thread's key kq.
@@ -478,7 +479,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i) {
-          unsigned char *dst = v_p + (kChunk * h + RPI * i) * VR;
+          unsigned char *dst =
+              v_p + (kChunk * h + RPI * i) * VR + 16 * ((lane % PPR) ^ ((kv + RPI * i) & 7));
           if ((lv >> (4 * RPI * i + h)) & 1u)
             cp_async16(dst, s_pv[2 * si + h] + (v_src + RPI * i * 2 * D));
           else if ((hv >> (4 * RPI * i + h)) & 1u)
