@@ -542,8 +542,8 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // allocation. UNROLL (where the front's grid fits in one block per SM; FOLD_DECODE_FRONT_UNROLL=0
 // turns it off): SMALL with every sample tile's key loads issued before the first tile's MMAs,
 // registers unbounded (up to 168 at D 128: one block per SM).
-template <int E, bool SMALL, bool UNROLL = false>
-__global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
+template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads>
+__global__ void __launch_bounds__(FT, UNROLL ? 1 : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
                         const int appended, const int early) {
@@ -553,10 +553,15 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
   // split2_item).
   if (early != 0) pdl_trigger();
   constexpr int D = 32 * E;
-  __shared__ __align__(16) int8_t qa8[kFrontRows][D];
-  __shared__ __align__(16) int8_t qb8[kFrontRows][D];
-  __shared__ float x8[kFrontRows][kZSlots];
-  __shared__ float s_sq[kFrontRows];
+  constexpr int FR = FT / 32;  // rows per block step: one warp per row
+  static_assert(FT == kThreads || (FT == 128 && !SMALL), "the 128-thread form is the large one");
+  static_assert(FT >= kZStrata && FT >= kHeavyKeys && FT >= FOLD_DECODE_CUDA_STATS &&
+                    FT >= kZNewest,
+                "one thread per stratum, heavy key, statistic and newest key");
+  __shared__ __align__(16) int8_t qa8[FR][D];
+  __shared__ __align__(16) int8_t qb8[FR][D];
+  __shared__ float x8[FR][kZSlots];
+  __shared__ float s_sq[FR];
   __shared__ int32_t s_key[kZSlots];
   __shared__ int64_t s_kr[kZSlots];
   __shared__ float s_sk[kZSlots];
@@ -578,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
   if (tid < kHeavyKeys)
     heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
   float q0[SMALL ? 1 : E];
-  if (warp < min(kFrontRows, g_end - g_begin)) {
+  if (warp < min(FR, g_end - g_begin)) {
     if constexpr (SMALL)
       prefetch_q_row<E>(q, b, hk * G + g_begin + warp);
     else
@@ -627,15 +632,15 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q
   // quantisation instead of following it (B1 D 64: front 9.9 -> 8.9 us; with 8 rows per block
   // the extra instructions cost more than they hide: B32 15.2 -> 16.0 us).
-  if (tid < n) {
-    const int64_t kr = key_row(c, b, hk, s_key[tid]);
-    s_kr[tid] = kr;
+  for (int i = tid; i < n; i += FT) {
+    const int64_t kr = key_row(c, b, hk, s_key[i]);
+    s_kr[i] = kr;
     if constexpr (SMALL)
       for (int o = 0; o < D; o += 128) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
         asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
       }
-    s_sk[tid] = bf16_bits_to_float(c.k_scale[kr]);
+    s_sk[i] = bf16_bits_to_float(c.k_scale[kr]);
   }
   __syncthreads();
   // The sample's fine logits on the int8 tensor cores (mma.m16n8k32, as the split kernels): warp
@@ -644,10 +649,10 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
   // g + 8 plane B, the same byte positions). The integer dots are exact, so the logits are the
   // reference's bits.
   constexpr int NP = D / 64;
-  constexpr int kTiles = kZSlots / (8 * kFrontRows);
+  constexpr int kTiles = kZSlots / (8 * FR);  // tiles of 8 slots per warp
   const int mg = lane >> 2, mt = lane & 3;
-  for (int g0 = g_begin; g0 < g_end; g0 += kFrontRows) {
-    const int rows = min(kFrontRows, g_end - g0);
+  for (int g0 = g_begin; g0 < g_end; g0 += FR) {
+    const int rows = min(FR, g_end - g0);
     if (warp < rows) {
       float x[E];
       if (!SMALL && g0 == g_begin) {
@@ -673,7 +678,7 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
     }
     // The lane's key bytes of tile `tile` (zeros past the sample), and that tile's fine logits.
     auto load_tile = [&](int tile, int4(&la)[NP], int4(&lb)[NP]) {
-      const int slot = 32 * warp + 8 * tile + mg;  // this lane's key (B column mg)
+      const int slot = 8 * (kTiles * warp + tile) + mg;  // this lane's key (B column mg)
       const int64_t kr = slot < n ? s_kr[slot] : -1;
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -684,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
       }
     };
     auto tile_logits = [&](int tile, const int4(&la)[NP], const int4(&lb)[NP]) {
-      const int base = 32 * warp + 8 * tile;
+      const int base = 8 * (kTiles * warp + tile);
       int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int i = 0; i < NP; ++i) {
@@ -711,14 +716,14 @@ __global__ void __launch_bounds__(kThreads, UNROLL ? 1 : (E == 8 ? 2 : 4))
       for (int tile = 0; tile < kTiles; ++tile) load_tile(tile, la[tile], lb[tile]);
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile)
-        if (32 * warp + 8 * tile < n) tile_logits(tile, la[tile], lb[tile]);  // warp-uniform
+        if (8 * (kTiles * warp + tile) < n) tile_logits(tile, la[tile], lb[tile]);  // uniform
     } else {
       // Not unrolled: unrolled, ptxas (64 registers) interleaved each tile's four key loads with
       // its mma's, four memory latencies per tile instead of one (ncu, B128: front 37.5 -> 42.9
       // us after this session's bookkeeping moved in); as a loop the loads issue together.
 #pragma unroll 1
       for (int tile = 0; tile < kTiles; ++tile) {
-        if (32 * warp + 8 * tile >= n) break;  // warp-uniform
+        if (8 * (kTiles * warp + tile) >= n) break;  // warp-uniform
         int4 la[NP], lb[NP];
         load_tile(tile, la, lb);
         tile_logits(tile, la, lb);
@@ -3136,6 +3141,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
       form_unroll = small && std::strchr(f, 'u') != nullptr;
     }
   }
+  // HALF (a large batch, G <= 4): 128-thread blocks, one group of up to four rows each (a warp per
+  // row), so that no warp idles while the group's rows are quantised and their Z reduced, and
+  // eight blocks fit an SM (at 64 registers) instead of four: B128 H 32/8's 1,024 groups are one
+  // wave instead of two. Each warp then takes 64 sample slots (8 tiles) instead of 32.
+  // FOLD_DECODE_FRONT_HALF=0 (read per call) keeps the 256-thread blocks (A/B runs); a
+  // FOLD_DECODE_FRONT_FORM form keeps them too. Scheduling only: no value depends on it.
+  const bool half = !small && !formed && G <= kFrontRows / 2 && c.head_dim <= 128 &&
+                    env_on("FOLD_DECODE_FRONT_HALF");
+  if (half) rows_per_cta = kFrontRows / 2;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
   // UNROLL where one block per SM holds the whole front (the small batches whose front is one
   // chain per row): -2.5% to -3.3% of the graphed attend on the B1 D 64 captures' shape, -0.1% to
@@ -3147,10 +3161,14 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   auto front =
       c.head_dim == 64
           ? (unroll ? decode_front_kernel<2, true, true>
-                    : (small ? decode_front_kernel<2, true> : decode_front_kernel<2, false>))
+                    : (small ? decode_front_kernel<2, true>
+                             : (half ? decode_front_kernel<2, false, false, kThreads / 2>
+                                     : decode_front_kernel<2, false>)))
       : c.head_dim == 128
           ? (unroll ? decode_front_kernel<4, true, true>
-                    : (small ? decode_front_kernel<4, true> : decode_front_kernel<4, false>))
+                    : (small ? decode_front_kernel<4, true>
+                             : (half ? decode_front_kernel<4, false, false, kThreads / 2>
+                                     : decode_front_kernel<4, false>)))
           : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
   const bool ring = split_ring_supported(c, p);
@@ -3168,7 +3186,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;
-  launch_k(front, front_grid, dim3(kThreads), 0, stream, pdl, "decode_front_kernel launch", c, q,
+  launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,
+           "decode_front_kernel launch", c, q,
            cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0, early);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
