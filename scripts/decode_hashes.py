@@ -3,11 +3,13 @@
 change that must keep the bits (a schedule, a fast path) does. Each line: the case, then the
 sha256 prefix of the output's and the LSE's bytes.
 
-python scripts/decode_hashes.py [--depths none,16] [--quick] [--device cpu]
+python scripts/decode_hashes.py [--depths none,16] [--quick] [--device cpu] [--repeat N]
 
 Cases: head dims 64 / 128, group sizes 1, 3, 4, 8 (the dense ring's one-row-block instance) and
 16 (two row blocks), bf16 and fp16, ragged lengths with partial last chunks and splits (1, 63,
-64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. Needs a GPU and a CUDA build
+64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. --repeat N: the lengths N
+times over (a batch of 9 N requests: N >= 15 gives every shape more groups than an H200 has SMs,
+the launchers' large-batch forms). Needs a GPU and a CUDA build
 (of session 21 or later: the package's eager step calls the library's precheck entry point, so an
 older library cannot be compared through it).
 """
@@ -28,7 +30,7 @@ def arg(name, default):
 
 
 DEPTHS = [None if d == "none" else float(d) for d in arg("--depths", "none").split(",")]
-LENGTHS = [1, 63, 64, 65, 511, 513, 1000, 2100, 4099]
+LENGTHS = [1, 63, 64, 65, 511, 513, 1000, 2100, 4099] * int(arg("--repeat", "1"))
 dev = torch.device(arg("--device", "cuda"))
 
 

@@ -64,6 +64,20 @@ for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, Fa
         fa.fold_attn_with_kvcache(q, cache, torch.randn(4, hkv, d, device=dev, dtype=dtype),
                                   torch.randn(4, hkv, d, device=dev, dtype=dtype) * scale)
     print("decode", dtype, "v8" if v8 else "", f"D{d} G{g} depth {depth}", cache.stats())
+# A large batch (more groups than SMs): the front's 128-thread form (G <= 4), dense and screened.
+for dtype, d, hkv, g, depth in () if training_only else ((torch.bfloat16, 128, 2, 4, 16.0),
+                                                       (torch.float16, 64, 2, 3, None)):
+    nb = 72
+    cache = fa.FoldKVCache(nb, hkv * g, hkv, d, 700, depth=depth, page_size=64, dtype=dtype, device=dev)
+    for b in range(nb):
+        cache.add_request()
+        n = 60 + 7 * b
+        cache.extend(b, torch.randn(n, hkv, d, device=dev, dtype=dtype),
+                     torch.randn(n, hkv, d, device=dev, dtype=dtype))
+    q = torch.randn(nb, hkv * g, d, device=dev, dtype=dtype)
+    fa.fold_attn_with_kvcache(q, cache, torch.randn(nb, hkv, d, device=dev, dtype=dtype),
+                              torch.randn(nb, hkv, d, device=dev, dtype=dtype))
+    print("decode B72", dtype, f"D{d} G{g} depth {depth}", cache.stats())
 # The guard's fix-up: a needle that neither the strata nor the heavy list (taken by larger
 # decoys orthogonal to the query) sample; Z undershoots and T leaves fp16's 2^14 window.
 if not training_only:

@@ -554,7 +554,8 @@ __global__ void __launch_bounds__(FT, UNROLL ? 1 : (E == 8 ? 2 : (FT == 128 ? 8 
   if (early != 0) pdl_trigger();
   constexpr int D = 32 * E;
   constexpr int FR = FT / 32;  // rows per block step: one warp per row
-  static_assert(FT == kThreads || (FT == 128 && !SMALL), "the 128-thread form is the large one");
+  static_assert(FT == kThreads || (FT == kThreads / 2 && !SMALL),
+                "the 128-thread form is the large batch's");
   static_assert(FT >= kZStrata && FT >= kHeavyKeys && FT >= FOLD_DECODE_CUDA_STATS &&
                     FT >= kZNewest,
                 "one thread per stratum, heavy key, statistic and newest key");
@@ -632,15 +633,31 @@ __global__ void __launch_bounds__(FT, UNROLL ? 1 : (E == 8 ? 2 : (FT == 128 ? 8 
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q
   // quantisation instead of following it (B1 D 64: front 9.9 -> 8.9 us; with 8 rows per block
   // the extra instructions cost more than they hide: B32 15.2 -> 16.0 us).
-  for (int i = tid; i < n; i += FT) {
-    const int64_t kr = key_row(c, b, hk, s_key[i]);
-    s_kr[i] = kr;
-    if constexpr (SMALL)
-      for (int o = 0; o < D; o += 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
-      }
-    s_sk[i] = bf16_bits_to_float(c.k_scale[kr]);
+  if constexpr (FT == kThreads) {
+    if (tid < n) {
+      const int64_t kr = key_row(c, b, hk, s_key[tid]);
+      s_kr[tid] = kr;
+      if constexpr (SMALL)
+        for (int o = 0; o < D; o += 128) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
+        }
+      s_sk[tid] = bf16_bits_to_float(c.k_scale[kr]);
+    }
+  } else {
+    // HALF: two slots per thread, their page-table loads issued together, then their scales.
+    const int i1 = tid + FT;
+    const int64_t kr0 = tid < n ? key_row(c, b, hk, s_key[tid]) : 0;
+    const int64_t kr1 = i1 < n ? key_row(c, b, hk, s_key[i1]) : 0;
+    const uint16_t sc0 = tid < n ? c.k_scale[kr0] : 0, sc1 = i1 < n ? c.k_scale[kr1] : 0;
+    if (tid < n) {
+      s_kr[tid] = kr0;
+      s_sk[tid] = bf16_bits_to_float(sc0);
+    }
+    if (i1 < n) {
+      s_kr[i1] = kr1;
+      s_sk[i1] = bf16_bits_to_float(sc1);
+    }
   }
   __syncthreads();
   // The sample's fine logits on the int8 tensor cores (mma.m16n8k32, as the split kernels): warp

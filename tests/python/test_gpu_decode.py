@@ -262,6 +262,28 @@ def test_decode_front_form_same_bits(dtype, D, Hkv, G, lengths, depth, form, mon
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 29, set_arm, monkeypatch, depth=depth)
 
 
+@pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G",
+    [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 4, 3), (torch.bfloat16, 128, 2, 1)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G1"],
+)
+def test_decode_front_half_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
+    # At a large batch (more groups than SMs) and G <= 4 the front runs 128-thread blocks, a warp
+    # per row and 64 sample slots per warp (FOLD_DECODE_FRONT_HALF=0: the 256-thread blocks,
+    # 32 slots per warp). Scheduling only: every row's q planes, Z and coarse error are the same,
+    # so output, LSE and read statistics are bit for bit the 256-thread form's, for an attend and
+    # a step that appends (70 requests: empty, free and short ones among them).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if len(MANY) * Hkv < sms:
+        pytest.skip(f"{len(MANY) * Hkv} groups do not exceed this GPU's {sms} SMs")
+
+    def set_arm(arm):
+        monkeypatch.setenv("FOLD_DECODE_FRONT_HALF", str(arm))
+
+    _ring_runs_same_bits(dtype, D, Hkv, G, MANY, 37, set_arm, monkeypatch, depth=depth)
+
+
 @pytest.mark.parametrize("batch", ["8", "16"])
 @pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
 @pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 1, 16)],
