@@ -556,9 +556,9 @@ __global__ void __launch_bounds__(FT, UNROLL ? 1 : (E == 8 ? 2 : (FT == 128 ? 8 
   constexpr int FR = FT / 32;  // rows per block step: one warp per row
   static_assert(FT == kThreads || (FT == kThreads / 2 && !SMALL),
                 "the 128-thread form is the large batch's");
-  static_assert(FT >= kZStrata && FT >= kHeavyKeys && FT >= FOLD_DECODE_CUDA_STATS &&
-                    FT >= kZNewest,
-                "one thread per stratum, heavy key, statistic and newest key");
+  static_assert(
+      FT >= kZStrata && FT >= kHeavyKeys && FT >= FOLD_DECODE_CUDA_STATS && FT >= kZNewest,
+      "one thread per stratum, heavy key, statistic and newest key");
   __shared__ __align__(16) int8_t qa8[FR][D];
   __shared__ __align__(16) int8_t qb8[FR][D];
   __shared__ float x8[FR][kZSlots];
@@ -3175,18 +3175,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool unroll =
       small && c.head_dim <= 128 && (formed ? form_unroll : env_on("FOLD_DECODE_FRONT_UNROLL")) &&
       static_cast<int64_t>(front_grid.x) * front_grid.y * front_grid.z <= sm_count();
-  auto front =
-      c.head_dim == 64
-          ? (unroll ? decode_front_kernel<2, true, true>
-                    : (small ? decode_front_kernel<2, true>
-                             : (half ? decode_front_kernel<2, false, false, kThreads / 2>
-                                     : decode_front_kernel<2, false>)))
-      : c.head_dim == 128
-          ? (unroll ? decode_front_kernel<4, true, true>
-                    : (small ? decode_front_kernel<4, true>
-                             : (half ? decode_front_kernel<4, false, false, kThreads / 2>
-                                     : decode_front_kernel<4, false>)))
-          : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
+  auto front = c.head_dim == 64
+                   ? (unroll ? decode_front_kernel<2, true, true>
+                             : (small ? decode_front_kernel<2, true>
+                                      : (half ? decode_front_kernel<2, false, false, kThreads / 2>
+                                              : decode_front_kernel<2, false>)))
+               : c.head_dim == 128
+                   ? (unroll ? decode_front_kernel<4, true, true>
+                             : (small ? decode_front_kernel<4, true>
+                                      : (half ? decode_front_kernel<4, false, false, kThreads / 2>
+                                              : decode_front_kernel<4, false>)))
+                   : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
   const bool ring = split_ring_supported(c, p);
   const bool screen = !ring && split_screen_supported(c, p);
@@ -3204,8 +3203,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;
   launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,
-           "decode_front_kernel launch", c, q,
-           cmul, p.n_heads, ws, stats, rows_per_cta, appended ? 1 : 0, early);
+           "decode_front_kernel launch", c, q, cmul, p.n_heads, ws, stats, rows_per_cta,
+           appended ? 1 : 0, early);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
   const auto split = plain_split_kernel<false>(c.head_dim, mma);
