@@ -1,6 +1,7 @@
 """A small call of every CUDA kernel, for compute-sanitizer (memcheck, racecheck):
 the backward preprocess, the training forward and the training backward, and the decode
 (cache writer with v8 growth, front, splits, combine, guard fix-up)."""
+import os
 import sys
 
 import torch
@@ -75,8 +76,13 @@ for dtype, d, hkv, g, depth in () if training_only else ((torch.bfloat16, 128, 2
         cache.extend(b, torch.randn(n, hkv, d, device=dev, dtype=dtype),
                      torch.randn(n, hkv, d, device=dev, dtype=dtype))
     q = torch.randn(nb, hkv * g, d, device=dev, dtype=dtype)
-    fa.fold_attn_with_kvcache(q, cache, torch.randn(nb, hkv, d, device=dev, dtype=dtype),
-                              torch.randn(nb, hkv, d, device=dev, dtype=dtype))
+    # The launcher's pick (U2 at 144 groups on an H200), then HALF forced (read per call).
+    for half in (None, "1"):
+        if half is not None:
+            os.environ["FOLD_DECODE_FRONT_HALF"] = half
+        fa.fold_attn_with_kvcache(q, cache, torch.randn(nb, hkv, d, device=dev, dtype=dtype),
+                                  torch.randn(nb, hkv, d, device=dev, dtype=dtype))
+    os.environ.pop("FOLD_DECODE_FRONT_HALF", None)
     print("decode B72", dtype, f"D{d} G{g} depth {depth}", cache.stats())
 # The guard's fix-up: a needle that neither the strata nor the heavy list (taken by larger
 # decoys orthogonal to the query) sample; Z undershoots and T leaves fp16's 2^14 window.

@@ -541,9 +541,11 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // registers at the start, as before this session. Two instances, so that each gets its own register
 // allocation. UNROLL (where the front's grid fits in one block per SM; FOLD_DECODE_FRONT_UNROLL=0
 // turns it off): SMALL with every sample tile's key loads issued before the first tile's MMAs,
-// registers unbounded (up to 168 at D 128: one block per SM).
+// registers unbounded (up to 168 at D 128: one block per SM). UNROLL without SMALL (U2, a grid of
+// at most two blocks per SM): the same loads at up to 128 registers. FT = 128 (HALF, a large
+// batch at G <= 4): four warps, a group of up to four rows per block, eight blocks per SM.
 template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads>
-__global__ void __launch_bounds__(FT, UNROLL ? 1 : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
+__global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
                         const int appended, const int early) {
@@ -3158,14 +3160,29 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
       form_unroll = small && std::strchr(f, 'u') != nullptr;
     }
   }
-  // HALF (a large batch, G <= 4): 128-thread blocks, one group of up to four rows each (a warp per
-  // row), so that no warp idles while the group's rows are quantised and their Z reduced, and
-  // eight blocks fit an SM (at 64 registers) instead of four: B128 H 32/8's 1,024 groups are one
-  // wave instead of two. Each warp then takes 64 sample slots (8 tiles) instead of 32.
-  // FOLD_DECODE_FRONT_HALF=0 (read per call) keeps the 256-thread blocks (A/B runs); a
-  // FOLD_DECODE_FRONT_FORM form keeps them too. Scheduling only: no value depends on it.
-  const bool half = !small && !formed && G <= kFrontRows / 2 && c.head_dim <= 128 &&
-                    env_on("FOLD_DECODE_FRONT_HALF");
+  // Two more forms where the groups alone fill the GPU (not SMALL), by the 256-thread grid's
+  // size (blocks of 8 rows) against the SMs:
+  // - U2 (at most two blocks per SM): UNROLL's tile loads issued together, at two blocks per SM
+  //   (up to 128 registers) instead of one; the chain per block is what the front costs there.
+  // - HALF (more than four blocks per SM, G <= 4): 128-thread blocks, one group of up to four
+  //   rows each (a warp per row), eight per SM at 64 registers, so that the grid takes half the
+  //   waves (B128 H 32/8's 1,024 groups: one instead of two; session 35, front 36.3 -> 31.6 us,
+  //   attend -1%), and no warp idles while the rows are quantised and their Z reduced. Each warp
+  //   takes 64 sample slots (8 tiles) instead of 32: a longer chain, which lost where the
+  //   256-thread grid is one wave (B32 H 32/8 +1%, B128 H 9/3 D 64 +3.5%).
+  // FOLD_DECODE_FRONT_U2 / FOLD_DECODE_FRONT_HALF (read per call): "0" off, "1" wherever the form
+  // can run (not SMALL, D <= 128, and G <= 4 for HALF), unset by the rule; a
+  // FOLD_DECODE_FRONT_FORM form keeps neither. Scheduling only: no value depends on them.
+  const int64_t blocks8 = static_cast<int64_t>(groups) * ((G + kFrontRows - 1) / kFrontRows);
+  const auto form_knob = [&](const char *name, bool rule) {
+    const char *v = std::getenv(name);
+    return v == nullptr ? rule : std::strcmp(v, "1") == 0;
+  };
+  const bool large = !small && !formed && c.head_dim <= 128;
+  const bool half = large && G <= kFrontRows / 2 &&
+                    form_knob("FOLD_DECODE_FRONT_HALF", blocks8 > 4 * int64_t{sm_count()});
+  const bool u2 =
+      large && !half && form_knob("FOLD_DECODE_FRONT_U2", blocks8 <= 2 * int64_t{sm_count()});
   if (half) rows_per_cta = kFrontRows / 2;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
   // UNROLL where one block per SM holds the whole front (the small batches whose front is one
@@ -3175,16 +3192,17 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool unroll =
       small && c.head_dim <= 128 && (formed ? form_unroll : env_on("FOLD_DECODE_FRONT_UNROLL")) &&
       static_cast<int64_t>(front_grid.x) * front_grid.y * front_grid.z <= sm_count();
-  auto front = c.head_dim == 64
-                   ? (unroll ? decode_front_kernel<2, true, true>
-                             : (small ? decode_front_kernel<2, true>
-                                      : (half ? decode_front_kernel<2, false, false, kThreads / 2>
-                                              : decode_front_kernel<2, false>)))
+  auto front = c.head_dim == 64 ? (unroll  ? decode_front_kernel<2, true, true>
+                                   : small ? decode_front_kernel<2, true>
+                                   : half  ? decode_front_kernel<2, false, false, kThreads / 2>
+                                   : u2    ? decode_front_kernel<2, false, true>
+                                           : decode_front_kernel<2, false>)
                : c.head_dim == 128
-                   ? (unroll ? decode_front_kernel<4, true, true>
-                             : (small ? decode_front_kernel<4, true>
-                                      : (half ? decode_front_kernel<4, false, false, kThreads / 2>
-                                              : decode_front_kernel<4, false>)))
+                   ? (unroll  ? decode_front_kernel<4, true, true>
+                      : small ? decode_front_kernel<4, true>
+                      : half  ? decode_front_kernel<4, false, false, kThreads / 2>
+                      : u2    ? decode_front_kernel<4, false, true>
+                              : decode_front_kernel<4, false>)
                    : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
   const bool pdl = env_on("FOLD_DECODE_PDL");
   const bool ring = split_ring_supported(c, p);

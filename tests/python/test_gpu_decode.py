@@ -262,24 +262,28 @@ def test_decode_front_form_same_bits(dtype, D, Hkv, G, lengths, depth, form, mon
     _ring_runs_same_bits(dtype, D, Hkv, G, lengths, 29, set_arm, monkeypatch, depth=depth)
 
 
+@pytest.mark.parametrize("form", ["FOLD_DECODE_FRONT_HALF", "FOLD_DECODE_FRONT_U2"], ids=["half", "u2"])
 @pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G",
     [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 4, 3), (torch.bfloat16, 128, 2, 1)],
     ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G1"],
 )
-def test_decode_front_half_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
-    # At a large batch (more groups than SMs) and G <= 4 the front runs 128-thread blocks, a warp
-    # per row and 64 sample slots per warp (FOLD_DECODE_FRONT_HALF=0: the 256-thread blocks,
-    # 32 slots per warp). Scheduling only: every row's q planes, Z and coarse error are the same,
-    # so output, LSE and read statistics are bit for bit the 256-thread form's, for an attend and
-    # a step that appends (70 requests: empty, free and short ones among them).
+def test_decode_front_large_forms_same_bits(dtype, D, Hkv, G, depth, form, monkeypatch):
+    # Where the groups alone fill the GPU, the front has two more forms than its plain 256-thread
+    # blocks (4 per SM): HALF, 128-thread blocks with 64 sample slots per warp (8 per SM), and U2,
+    # every tile's key loads issued together (2 per SM); the launcher picks them by grid size,
+    # here each is forced on ("1") against both off ("0"). Scheduling only: every row's q
+    # planes, Z and coarse error are the same, so output, LSE and read statistics are bit for bit
+    # the plain form's, for an attend and a step that appends (70 requests: empty, free and
+    # short ones among them).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if len(MANY) * Hkv < sms:
         pytest.skip(f"{len(MANY) * Hkv} groups do not exceed this GPU's {sms} SMs")
 
     def set_arm(arm):
-        monkeypatch.setenv("FOLD_DECODE_FRONT_HALF", str(arm))
+        for knob in ("FOLD_DECODE_FRONT_HALF", "FOLD_DECODE_FRONT_U2"):
+            monkeypatch.setenv(knob, "1" if arm == 1 and knob == form else "0")
 
     _ring_runs_same_bits(dtype, D, Hkv, G, MANY, 37, set_arm, monkeypatch, depth=depth)
 
