@@ -2740,35 +2740,45 @@ __host__ __device__ constexpr int combine_batch(int S) {
 // -0.8 to -1.0%), else combine_batch(S) (at B1 L32K 32 would cost +2.2 to +2.7%: each block then
 // waits two memory latencies; session 33). FOLD_DECODE_COMBINE_BATCH = 8 / 16 / 32 / 64 sets the
 // cap instead (A/B runs; read per call). No bit depends on the batch.
-inline size_t combine_smem_bytes(int S, int64_t grid_blocks) {
+inline size_t combine_smem_bytes(int S, int64_t grid_blocks, int ept = 1) {
   int cap = grid_blocks > 3 * static_cast<int64_t>(sm_count()) ? 32 : kCombineBatch;
   if (const char *v = std::getenv("FOLD_DECODE_COMBINE_BATCH")) {
     const int x = std::atoi(v);
     if (x == 8 || x == 16 || x == 32 || x == 64) cap = x;
   }
-  return static_cast<size_t>(std::min(combine_batch(S), cap)) * kThreads * 4;
+  return static_cast<size_t>(std::min(combine_batch(S), cap)) * kThreads * 4 * ept;
 }
 
+// EPT elements per thread (1, or 2 where the grid of one would take more than one wave: the
+// block's chain of loads is what a combine block costs, so half the blocks are half the waves).
+template <int EPT = 1>
 __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                              const Ws &ws, const fold_tensor_t &out, float *lse,
                                              const int pass, const int hk, const int b,
                                              const int zb) {
+  constexpr int BE = EPT * kThreads;  // elements per block
+  constexpr int kRows = BE / 64;      // rows per block at most (D >= 64)
   extern __shared__ __align__(16) unsigned char combine_smem[];
-  float *sn = reinterpret_cast<float *>(combine_smem);  // [batch][kThreads]: N partials
-  __shared__ float s_pt[4][kCombineBatch], s_ptl[4][kCombineBatch];  // T, T_lse partials
-  __shared__ float s_t[4], s_tl[4];
+  float *sn = reinterpret_cast<float *>(combine_smem);  // [batch][BE]: N partials
+  __shared__ float s_pt[kRows][kCombineBatch], s_ptl[kRows][kCombineBatch];  // T, T_lse partials
+  __shared__ float s_t[kRows], s_tl[kRows];
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int32_t L = c.lengths[b];
   const int64_t grp = static_cast<int64_t>(b) * c.n_kv_heads + hk;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   uint16_t *o = static_cast<uint16_t *>(out.data);
-  // This block's elements e = (row, column) = (e / D, e % D) for e in [e0, e0 + kThreads): whole
-  // rows g0 .. g0 + nrows - 1 (D divides kThreads), at most 4.
-  const int e0 = zb * kThreads, e = e0 + tid;
-  const int g0 = e0 / D, nrows = min(kThreads / D, G - g0);
+  // This block's elements e = (row, column) = (e / D, e % D) for e in [e0, e0 + BE), thread tid's
+  // e0 + tid + j kThreads (j < EPT): whole rows g0 .. g0 + nrows - 1 (D divides kThreads), at most
+  // kRows.
+  const int e0 = zb * BE;
+  const int g0 = e0 / D, nrows = min(BE / D, G - g0);
   if (pass == 0) {
     if (L <= 0) {
-      if (e < G * D) o[b * out.batch_stride + (hk * G + e / D) * out.head_stride + e % D] = 0;
+#pragma unroll
+      for (int j = 0; j < EPT; ++j) {
+        const int e = e0 + tid + j * kThreads;
+        if (e < G * D) o[b * out.batch_stride + (hk * G + e / D) * out.head_stride + e % D] = 0;
+      }
       if (lse != nullptr && tid < nrows) lse[row0 + g0 + tid] = __uint_as_float(0xff800000u);
       return;
     }
@@ -2780,13 +2790,15 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
   // combine_smem_bytes), at most combine_batch(S). The batch changes no sum's order, so no bit.
   uint32_t dyn_bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
-  const int batch = min(combine_batch(S), static_cast<int>(dyn_bytes / (kThreads * 4)));
+  const int batch = min(combine_batch(S), static_cast<int>(dyn_bytes / (BE * 4)));
   const bool pf16 = c.dtype == FOLD_DTYPE_F16 && !c.v8;
   // Every sum runs over the splits in split order, one thread per sum (the reference's order).
   // The partials of a batch of splits are first staged in shared memory, all copies in
   // flight at once (cp.async 16-byte pieces for N, a coalesced load per thread for T / T_lse),
   // so a sum waits one memory latency per batch instead of one per few splits.
-  float n = 0.0f, t = 0.0f, tl = 0.0f;
+  float n[EPT], t = 0.0f, tl = 0.0f;
+#pragma unroll
+  for (int j = 0; j < EPT; ++j) n[j] = 0.0f;
   const int pieces = nrows * D / 4;  // 16-byte pieces of one split's N rows
   for (int sb = 0; sb < nsplit; sb += batch) {
     const int ns = min(batch, nsplit - sb);
@@ -2794,7 +2806,7 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
       const int si = i / pieces, pc = i % pieces;
       const int ge = 4 * pc;  // element offset inside the block's rows
       const float *src = ws.part_n + ((row0 + g0 + ge / D) * S + sb + si) * D + ge % D;
-      cp_async16(sn + si * kThreads + ge, src);
+      cp_async16(sn + si * BE + ge, src);
     }
     cp_async_commit();
     for (int i = tid; i < ns * nrows; i += kThreads) {
@@ -2806,8 +2818,10 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
     }
     cp_async_wait<0>();
     __syncthreads();
-    if (e < G * D)
-      for (int si = 0; si < ns; ++si) n = add_rn(n, sn[si * kThreads + tid]);
+#pragma unroll
+    for (int j = 0; j < EPT; ++j)
+      if (e0 + tid + j * kThreads < G * D)
+        for (int si = 0; si < ns; ++si) n[j] = add_rn(n[j], sn[si * BE + tid + j * kThreads]);
     if (tid < nrows)
       for (int si = 0; si < ns; ++si) {
         t = add_rn(t, s_pt[tid][si]);
@@ -2826,17 +2840,21 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
     }
   }
   __syncthreads();
-  if (e < G * D) {
-    const int g = e / D, d = e % D;
-    if (pass == 0 && !isfinite(n)) {
-      atomicOr(&ws.bad[row0 + g], 1);
-      flag_group(ws, grp);
+#pragma unroll
+  for (int j = 0; j < EPT; ++j) {
+    const int e = e0 + tid + j * kThreads;
+    if (e < G * D) {
+      const int g = e / D, d = e % D;
+      if (pass == 0 && !isfinite(n[j])) {
+        atomicOr(&ws.bad[row0 + g], 1);
+        flag_group(ws, grp);
+      }
+      const float tg = s_t[g - g0];
+      const bool ok = tg > 0.0f && isfinite(tg);
+      float r = ok ? div_rn(n[j], tg) : 0.0f;
+      r = isfinite(r) ? r : 0.0f;
+      o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
     }
-    const float tg = s_t[g - g0];
-    const bool ok = tg > 0.0f && isfinite(tg);
-    float r = ok ? div_rn(n, tg) : 0.0f;
-    r = isfinite(r) ? r : 0.0f;
-    o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
   }
   if (lse != nullptr && tid < nrows) {
     const int g = g0 + tid;
@@ -2913,7 +2931,17 @@ __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                           const fold_tensor_t out, float *lse) {
   pdl_wait();
-  combine_item(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
+  combine_item<1>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
+  pdl_trigger();
+}
+
+// The same at two elements per thread, eight blocks per SM (32 registers; unbounded, ptxas took
+// 40: six blocks per SM).
+__global__ void __launch_bounds__(kThreads, 8)
+    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+                           const fold_tensor_t out, float *lse) {
+  pdl_wait();
+  combine_item<2>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
@@ -3230,6 +3258,18 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const size_t combine_smem =
       combine_smem_bytes(w.splits, static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z);
+  // Pass 0's combine at two elements per thread (EPT 2) where its grid of one would take more
+  // than one wave (eight blocks per SM) and the grid of two, with its doubled staging, fits one
+  // (B128 H 32/8 D 128: 2,048 blocks -> 1,024). FOLD_DECODE_COMBINE_EPT = 1 / 2 (read per call)
+  // forces it (A/B runs). The same sums in the same order: no bit depends on it.
+  const int64_t cblocks1 = static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z;
+  const dim3 cgrid2(c.n_kv_heads, c.batch, (G * c.head_dim + 2 * kThreads - 1) / (2 * kThreads));
+  const int64_t cblocks2 = static_cast<int64_t>(cgrid2.x) * cgrid2.y * cgrid2.z;
+  const size_t combine_smem2 = combine_smem_bytes(w.splits, cblocks2, 2);
+  const int64_t per_sm2 = std::min<int64_t>(8, (225 << 10) / (combine_smem2 + (5 << 10)));
+  bool ept2 = G * c.head_dim >= 2 * kThreads && cblocks1 > 8 * int64_t{sm_count()} &&
+              cblocks2 <= per_sm2 * sm_count();
+  if (const char *v = std::getenv("FOLD_DECODE_COMBINE_EPT")) ept2 = std::strcmp(v, "2") == 0;
   // Pass 1's split also combines (its last block per group): room for the combine's staging.
   const size_t smem_list = std::max(smem, combine_smem);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
@@ -3238,6 +3278,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        "decode_split_kernel");
   set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine_kernel),
                        static_cast<int>(combine_smem), "decode_combine_kernel");
+  if (ept2)
+    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
+                         static_cast<int>(combine_smem2), "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
@@ -3352,8 +3395,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
              p, ws, out, lse, 0, stats, 0);
   // Pass 0's combine (the guard's flags).
-  launch_k(decode_combine_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
-           "decode_combine_kernel launch", c, p, ws, out, lse);
+  if (ept2)
+    launch_k(decode_combine2_kernel, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,
+             "decode_combine_kernel launch", c, p, ws, out, lse);
+  else
+    launch_k(decode_combine_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
+             "decode_combine_kernel launch", c, p, ws, out, lse);
   // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
   // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) and its
   // last-block combine, on a grid of a fixed size: a function of the cache's shape only.
