@@ -282,10 +282,10 @@ def test_decode_front_large_forms_same_bits(dtype, D, Hkv, G, depth, form, monke
     # blocks (4 per SM): HALF, 128-thread blocks with 64 sample slots per warp (8 per SM), and U2,
     # every tile's key loads issued together (2 per SM); the launcher picks them by grid size,
     # here each is forced on ("1") against both off ("0"), HALF also with its options (HPF: the
-    # sample's rows prefetched into L2; HCP: its tiles staged by cp.async). Scheduling only: every
-    # row's q planes, Z and coarse error are the same, so output, LSE and read statistics are bit
-    # for bit the plain form's, for an attend and a step that appends (70 requests: empty, free
-    # and short ones among them).
+    # sample's rows prefetched into L2; HCP: its tiles staged by cp.async). Scheduling only: every row's q
+    # planes, Z and coarse error are the same, so output, LSE and read statistics are bit for bit
+    # the plain form's, for an attend and a step that appends (70 requests: empty, free and
+    # short ones among them).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if len(MANY) * Hkv < sms:
         pytest.skip(f"{len(MANY) * Hkv} groups do not exceed this GPU's {sms} SMs")
