@@ -77,17 +77,15 @@ for dtype, d, hkv, g, depth in () if training_only else ((torch.bfloat16, 128, 2
                      torch.randn(n, hkv, d, device=dev, dtype=dtype))
     q = torch.randn(nb, hkv * g, d, device=dev, dtype=dtype)
     # The launcher's pick (U2 at 144 groups on an H200), then HALF and the combine's two elements
-    # per thread forced, then HALF with its cp.async stages and L2 prefetch (read per call).
-    knobs = ("FOLD_DECODE_FRONT_HALF", "FOLD_DECODE_COMBINE_EPT", "FOLD_DECODE_FRONT_HCP",
-             "FOLD_DECODE_FRONT_HPF")
-    for forced in ({}, {knobs[0]: "1", knobs[1]: "2"}, {knobs[0]: "1", knobs[2]: "1", knobs[3]: "1"}):
-        for k in knobs:
-            os.environ.pop(k, None)
-        os.environ.update(forced)
+    # per thread forced (read per call).
+    for forced in (False, True):
+        if forced:
+            os.environ["FOLD_DECODE_FRONT_HALF"] = "1"
+            os.environ["FOLD_DECODE_COMBINE_EPT"] = "2"
         fa.fold_attn_with_kvcache(q, cache, torch.randn(nb, hkv, d, device=dev, dtype=dtype),
                                   torch.randn(nb, hkv, d, device=dev, dtype=dtype))
-    for k in knobs:
-        os.environ.pop(k, None)
+    os.environ.pop("FOLD_DECODE_FRONT_HALF", None)
+    os.environ.pop("FOLD_DECODE_COMBINE_EPT", None)
     print("decode B72", dtype, f"D{d} G{g} depth {depth}", cache.stats())
 # The guard's fix-up: a needle that neither the strata nor the heavy list (taken by larger
 # decoys orthogonal to the query) sample; Z undershoots and T leaves fp16's 2^14 window.

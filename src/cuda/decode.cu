@@ -517,17 +517,6 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-// A 16-byte cp.async into shared memory that zero-fills the piece when `bytes` is 0 (src unread).
-__device__ __forceinline__ void front_cp16(void *dst, const void *src, int bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
-               : "memory");
-}
-
-// Options of the front's HALF form (FOLD_DECODE_FRONT_HPF / _HCP, A/B runs): the sample's key rows
-// prefetched into L2 at their placement; the sample tiles staged by cp.async two deep.
-constexpr int kFrontHpf = 1, kFrontHcp = 2;
-
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
 // grid (Hkv, B, row blocks), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
@@ -559,7 +548,7 @@ template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads>
 __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
-                        const int appended, const int early, const int opts) {
+                        const int appended, const int early) {
   pdl_wait();
   // OVERLAP (the dense ring or split2 follows): its blocks may start now, beside this grid; they
   // read nothing this kernel writes before their own wait (decode_split_ring_kernel,
@@ -663,18 +652,6 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
     const int64_t kr0 = tid < n ? key_row(c, b, hk, s_key[tid]) : 0;
     const int64_t kr1 = i1 < n ? key_row(c, b, hk, s_key[i1]) : 0;
     const uint16_t sc0 = tid < n ? c.k_scale[kr0] : 0, sc1 = i1 < n ? c.k_scale[kr1] : 0;
-    if (opts & kFrontHpf) {
-      for (int o = 0; o < D; o += 128) {
-        if (tid < n) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr0 * D + o));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr0 * D + o));
-        }
-        if (i1 < n) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr1 * D + o));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr1 * D + o));
-        }
-      }
-    }
     if (tid < n) {
       s_kr[tid] = kr0;
       s_sk[tid] = bf16_bits_to_float(sc0);
@@ -759,45 +736,6 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile)
         if (8 * (kTiles * warp + tile) < n) tile_logits(tile, la[tile], lb[tile]);  // uniform
-    } else if (FT == kThreads / 2 && NP <= 2 && (opts & kFrontHcp) != 0) {
-      // HALF with HCP: each warp's tiles staged by cp.async two deep (the next tile's copies in
-      // flight while this one's fragments are read and multiplied), 8 keys x both planes per
-      // stage; pieces past the sample are zero-filled, as load_tile's zeros.
-      constexpr int kRowB = 2 * D + 16;  // a key's two planes (+16: fewer bank conflicts)
-      __shared__ __align__(16) int8_t s_tl[FT / 32][2][8 * kRowB];
-      const auto issue = [&](int tile) {
-        int8_t *st = s_tl[warp][tile & 1];
-        for (int i = lane; i < 2 * D; i += 32) {  // 8 keys x 2 planes x D / 16 pieces
-          const int key = i / (D / 8), rem = i % (D / 8), plane = rem / (D / 16);
-          const int pc = rem % (D / 16);
-          const int slot = 8 * (kTiles * warp + tile) + key;
-          const int64_t kr = slot < n ? s_kr[slot] : 0;
-          front_cp16(st + key * kRowB + plane * D + 16 * pc,
-                     (plane != 0 ? c.k_b : c.k_a) + kr * D + 16 * pc, slot < n ? 16 : 0);
-        }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-      };
-      issue(0);
-#pragma unroll 1
-      for (int tile = 0; tile < kTiles; ++tile) {
-        if (8 * (kTiles * warp + tile) >= n) break;  // warp-uniform
-        if (tile + 1 < kTiles && 8 * (kTiles * warp + tile + 1) < n) {
-          issue(tile + 1);  // its stage was last read before the previous __syncwarp
-          asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        } else {
-          asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        }
-        __syncwarp();
-        const int8_t *row = s_tl[warp][tile & 1] + mg * kRowB;
-        int4 la[NP], lb[NP];
-#pragma unroll
-        for (int i = 0; i < NP; ++i) {
-          la[i] = reinterpret_cast<const int4 *>(row)[mt + 4 * i];
-          lb[i] = reinterpret_cast<const int4 *>(row + D)[mt + 4 * i];
-        }
-        tile_logits(tile, la, lb);
-        __syncwarp();
-      }
     } else {
       // Not unrolled: unrolled, ptxas (64 registers) interleaved each tile's four key loads with
       // its mma's, four memory latencies per tile instead of one (ncu, B128: front 37.5 -> 42.9
@@ -3274,14 +3212,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool u2 =
       large && !half && form_knob("FOLD_DECODE_FRONT_U2", blocks8 <= 2 * int64_t{sm_count()});
   if (half) rows_per_cta = kFrontRows / 2;
-  // HALF's options (A/B runs; read per call; off unless "1"). Scheduling only: the same bits.
-  const auto knob1 = [](const char *name) {
-    const char *v = std::getenv(name);
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  };
-  const int front_opts = half ? (knob1("FOLD_DECODE_FRONT_HPF") ? kFrontHpf : 0) |
-                                    (knob1("FOLD_DECODE_FRONT_HCP") ? kFrontHcp : 0)
-                              : 0;
   const dim3 front_grid(c.n_kv_heads, c.batch, (G + rows_per_cta - 1) / rows_per_cta);
   // UNROLL where one block per SM holds the whole front (the small batches whose front is one
   // chain per row): -2.5% to -3.3% of the graphed attend on the B1 D 64 captures' shape, -0.1% to
@@ -3318,12 +3248,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;
-  // HALF's eight blocks per SM need 8 x 27 KB of shared memory at D 128 (its static HCP stages).
-  if (half)
-    prefer_max_shared_carveout(reinterpret_cast<const void *>(front), "decode_front_kernel");
   launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,
            "decode_front_kernel launch", c, q, cmul, p.n_heads, ws, stats, rows_per_cta,
-           appended ? 1 : 0, early, front_opts);
+           appended ? 1 : 0, early);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
   const auto split = plain_split_kernel<false>(c.head_dim, mma);

@@ -38,19 +38,6 @@ void set_max_dynamic_smem(const void *kernel, int bytes, const char *what) {
   have = bytes;
 }
 
-void prefer_max_shared_carveout(const void *kernel, const char *what) {
-  const int device = current_device();
-  static std::mutex mutex;
-  static std::map<std::pair<const void *, int>, bool> done;  // (kernel, device)
-  const std::lock_guard<std::mutex> lock(mutex);
-  bool &set = done[{kernel, device}];
-  if (set) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared),
-        (std::string("cudaFuncSetAttribute(") + what + ", carveout)").c_str());
-  set = true;
-}
-
 int sm_count() {
   const int device = current_device();
   static std::mutex mutex;

@@ -12,11 +12,6 @@ namespace fold::cuda {
 // Thread-safe.
 void set_max_dynamic_smem(const void *kernel, int bytes, const char *what);
 
-// Asks for the largest shared-memory carveout for `kernel` (once per kernel and device), where its
-// blocks per SM depend on it (the driver may otherwise pick a smaller one for a kernel without
-// dynamic shared memory).
-void prefer_max_shared_carveout(const void *kernel, const char *what);
-
 // Streaming multiprocessors of the current device (>= 1).
 int sm_count();
 
