@@ -519,9 +519,10 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
 
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
-// grid (Hkv, B, row blocks), 256 threads; D = 32 E. Every step is parallel: the sample's slots are
-// placed by one thread each (plan_sample_shape), q rows are quantised one warp each, the
-// sample's fine logits on the int8 tensor cores (each warp 32 slots x the step's rows; on dp4a,
+// grid (Hkv, B, row blocks), FT threads (256; 128 in the HALF form); D = 32 E. Every step is
+// parallel: the sample's slots are placed by one thread each (plan_sample_shape), q rows are
+// quantised one warp each, the sample's fine logits on the int8 tensor cores (each warp
+// kZSlots / (FT / 32) slots, 32 or 64, x the step's rows; on dp4a,
 // one thread per slot, they were most of the front's time at large batch), and each row's Z one
 // warp (max, 2^(s - M), the stratum ranks among the unweighted values, the halving tree: three
 // levels in registers, five by shuffles).
@@ -556,8 +557,8 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   if (early != 0) pdl_trigger();
   constexpr int D = 32 * E;
   constexpr int FR = FT / 32;  // rows per block step: one warp per row
-  static_assert(FT == kThreads || (FT == kThreads / 2 && !SMALL),
-                "the 128-thread form is the large batch's");
+  static_assert(FT == kThreads || (FT == kThreads / 2 && !SMALL && !UNROLL),
+                "the 128-thread form is the large batch's, with the tile loop");
   static_assert(
       FT >= kZStrata && FT >= kHeavyKeys && FT >= FOLD_DECODE_CUDA_STATS && FT >= kZNewest,
       "one thread per stratum, heavy key, statistic and newest key");
@@ -663,7 +664,8 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   }
   __syncthreads();
   // The sample's fine logits on the int8 tensor cores (mma.m16n8k32, as the split kernels): warp
-  // w takes slots 32 w .. 32 w + 31 as 4 tiles of 8 keys (B: lane (g, t) feeds key 8 tile + g's
+  // w takes slots 8 kTiles w .. 8 kTiles (w + 1) - 1 as kTiles tiles of 8 keys (4 tiles at 256
+  // threads, 8 at 128; B: lane (g, t) feeds key 8 tile + g's
   // bytes 16 (t + 4 i) .. + 15, NP pieces per plane), A = the step's q planes (row g plane A, row
   // g + 8 plane B, the same byte positions). The integer dots are exact, so the logits are the
   // reference's bits.
@@ -3280,7 +3282,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        static_cast<int>(combine_smem), "decode_combine_kernel");
   if (ept2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
-                         static_cast<int>(combine_smem2), "decode_combine_kernel");
+                         static_cast<int>(combine_smem2), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);

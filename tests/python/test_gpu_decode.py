@@ -291,14 +291,16 @@ def test_decode_front_large_forms_same_bits(dtype, D, Hkv, G, depth, form, monke
 @pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
 @pytest.mark.parametrize(
     "dtype,D,Hkv,G",
-    [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 12)],
-    ids=["bf16-D128-G4", "f16-D64-G8", "bf16-D128-G12"],
+    [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 2, 8), (torch.bfloat16, 128, 1, 12),
+     (torch.bfloat16, 128, 2, 5), (torch.float16, 128, 2, 3)],
+    ids=["bf16-D128-G4", "f16-D64-G8", "bf16-D128-G12", "bf16-D128-G5", "f16-D128-G3"],
 )
 def test_decode_combine_ept_same_bits(dtype, D, Hkv, G, depth, monkeypatch):
     # The combine at two elements per thread (FOLD_DECODE_COMBINE_EPT=2: half the blocks; the
     # launcher picks it where the grid of one would take more than a wave) against one: every
     # sum runs over the splits in split order either way, so output, LSE and read statistics are
-    # bit for bit the same (G 12 at D 128: three blocks of two rows against six of one).
+    # bit for bit the same (G 12 at D 128: three blocks of four rows against six of two; G 5: a
+    # last block of one row; G 3: one block of three rows, fewer elements than threads).
     def set_arm(arm):
         monkeypatch.setenv("FOLD_DECODE_COMBINE_EPT", ["1", "2"][arm])
 
