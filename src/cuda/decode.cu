@@ -3258,13 +3258,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const auto split = plain_split_kernel<false>(c.head_dim, mma);
   const auto split_list = plain_split_kernel<true>(c.head_dim, mma);
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
-  const size_t combine_smem =
-      combine_smem_bytes(w.splits, static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z);
+  const int64_t cblocks1 = static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z;
+  const size_t combine_smem = combine_smem_bytes(w.splits, cblocks1);
   // Pass 0's combine at two elements per thread (EPT 2) where its grid of one would take more
   // than one wave (eight blocks per SM) and the grid of two, with its doubled staging, fits one
   // (B128 H 32/8 D 128: 2,048 blocks -> 1,024). FOLD_DECODE_COMBINE_EPT = 1 / 2 (read per call)
   // forces it (A/B runs). The same sums in the same order: no bit depends on it.
-  const int64_t cblocks1 = static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z;
   const dim3 cgrid2(c.n_kv_heads, c.batch, (G * c.head_dim + 2 * kThreads - 1) / (2 * kThreads));
   const int64_t cblocks2 = static_cast<int64_t>(cgrid2.x) * cgrid2.y * cgrid2.z;
   const size_t combine_smem2 = combine_smem_bytes(w.splits, cblocks2, 2);
