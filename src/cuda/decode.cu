@@ -3267,10 +3267,19 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 cgrid2(c.n_kv_heads, c.batch, (G * c.head_dim + 2 * kThreads - 1) / (2 * kThreads));
   const int64_t cblocks2 = static_cast<int64_t>(cgrid2.x) * cgrid2.y * cgrid2.z;
   const size_t combine_smem2 = combine_smem_bytes(w.splits, cblocks2, 2);
-  const int64_t per_sm2 = std::min<int64_t>(8, (225 << 10) / (combine_smem2 + (5 << 10)));
-  bool ept2 = G * c.head_dim >= 2 * kThreads && cblocks1 > 8 * int64_t{sm_count()} &&
-              cblocks2 <= per_sm2 * sm_count();
+  bool ept2 = G * c.head_dim >= 2 * kThreads && cblocks1 > 8 * int64_t{sm_count()};
   if (const char *v = std::getenv("FOLD_DECODE_COMBINE_EPT")) ept2 = std::strcmp(v, "2") == 0;
+  if (ept2) {
+    // Its residency as the occupancy calculator answers it (its staging may exceed the default
+    // 48 KB, so the attribute is set first); the rule's "fits one wave" is over that count.
+    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
+                         static_cast<int>(combine_smem2), "decode_combine2_kernel");
+    if (!std::getenv("FOLD_DECODE_COMBINE_EPT"))
+      ept2 = cblocks2 <=
+             int64_t{resident_blocks(reinterpret_cast<const void *>(decode_combine2_kernel),
+                                     kThreads, combine_smem2)} *
+                 sm_count();
+  }
   // Pass 1's split also combines (its last block per group): room for the combine's staging.
   const size_t smem_list = std::max(smem, combine_smem);
   set_max_dynamic_smem(reinterpret_cast<const void *>(split), static_cast<int>(smem),
@@ -3279,9 +3288,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        "decode_split_kernel");
   set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine_kernel),
                        static_cast<int>(combine_smem), "decode_combine_kernel");
-  if (ept2)
-    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
-                         static_cast<int>(combine_smem2), "decode_combine2_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
