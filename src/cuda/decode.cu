@@ -2189,10 +2189,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     float acc[RBM][4];
 #pragma unroll
     for (int nb = 0; nb < RBM; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
-    // RBM 1 (G <= 8): this warp's row sums (lanes with mt == 0: row mg) stay in registers over
-    // the chunks, the same additions in the same order as the shared-memory running sums that
-    // larger groups keep, written once after the loop.
-    float tsum = 0.0f, tlsum = 0.0f;
+    // RBM <= 2 (G <= 16): this warp's row sums (lanes with mt == 0: rows 8 rb + mg) stay in
+    // registers over the chunks, the same additions in the same order as the shared-memory running
+    // sums that larger groups keep, written once after the loop (G 9-16: each chunk's shared
+    // read-add-write of them was a chain the ring's consumers waited on; ncu, session 34).
+    float tsum0 = 0.0f, tlsum0 = 0.0f, tsum1 = 0.0f, tlsum1 = 0.0f;  // row blocks 0, 1
     // One chunk: its keys' weights, then the value product. Instantiated twice: FULL (a whole
     // 64-key chunk, every chunk but a split's last) drops the per-key presence tests, the zeroed
     // value rows and the partial k steps from the common path (ncu at B1: the consumers' chain per
@@ -2232,7 +2233,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       bool mpres[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) mpres[j] = FULL || 8 * warp + 2 * mt + j < nk;
-      for (int rb = 0; rb < (RBM == 1 ? 1 : nrb); ++rb) {  // (RBM 1: nrb is 1)
+        // (RBM <= 2: a loop of constant trip count, unrolled, so that tsum / tlsum stay registers.)
+#pragma unroll(RBM <= 2 ? RBM : 1)
+      for (int rb = 0; rb < (RBM <= 2 ? RBM : nrb); ++rb) {  // (RBM 1: nrb is 1)
+        if (RBM == 2 && rb >= nrb) break;                    // (uniform)
         int32_t ca[4] = {0, 0, 0, 0}, cb[4] = {0, 0, 0, 0};
         if (any_present) fine_dots<NP>(qfrag, rb, lane, ka, kb, ca, cb);
         const int r = 8 * rb + mg;
@@ -2256,9 +2260,14 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 1));
         t = add_rn(t, __shfl_xor_sync(0xffffffffu, t, 2));
         tl = add_rn(tl, __shfl_xor_sync(0xffffffffu, tl, 2));
-        if constexpr (RBM == 1) {
-          tsum = add_rn(tsum, t);  // (kept by lanes mt == 0, rows r < G only)
-          tlsum = add_rn(tlsum, tl);
+        if constexpr (RBM <= 2) {  // (kept by lanes mt == 0, rows r < G only)
+          if (rb == 0) {
+            tsum0 = add_rn(tsum0, t);
+            tlsum0 = add_rn(tlsum0, tl);
+          } else {
+            tsum1 = add_rn(tsum1, t);
+            tlsum1 = add_rn(tlsum1, tl);
+          }
         } else if (mt == 0 && r < G) {
           tw[warp * RS + r] = add_rn(tw[warp * RS + r], t);
           tlw[warp * RS + r] = add_rn(tlw[warp * RS + r], tl);
@@ -2296,9 +2305,15 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       else
         chunk(std::false_type{}, st, nk);
     }
-    if (RBM == 1 && mt == 0 && mg < G) {
-      tw[warp * RS + mg] = tsum;
-      tlw[warp * RS + mg] = tlsum;
+    if (RBM <= 2 && mt == 0) {
+      if (mg < G) {
+        tw[warp * RS + mg] = tsum0;
+        tlw[warp * RS + mg] = tlsum0;
+      }
+      if (RBM == 2 && nrb == 2 && 8 + mg < G) {
+        tw[warp * RS + 8 + mg] = tsum1;
+        tlw[warp * RS + 8 + mg] = tlsum1;
+      }
     }
     // The split's partial (no cut pages in a dense split). D 64: the second key half's N through
     // shared memory, added after the first's (a fixed order).
