@@ -39,13 +39,15 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
 # trips the guard, v8 exponent growth (the D 64 G 8 v8 cache runs dense since session 21's
-# planner; the D 128 G 4 one keeps v8's screen), G = 64 at D = 256 (large shared memory); screened
+# planner, through the v8 ring since session 36; the D 128 G 4 one keeps v8's screen; the D 128
+# G 12 one is the v8 ring's 128-byte swizzle, two row blocks), G = 64 at D = 256 (large shared memory); screened
 # splits (the two-half split2 at G <= 4 with bf16/fp16 V: D 128 two blocks per SM, D 64 three;
 # G 8 at D 128 for its wide form) and dense (depth None: the dense ring; at D 64 G <= 8 its
 # four-stage form) splits.
 for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, False, 128, 2, 4, 12.0),
                                     (torch.float16, True, 64, 1, 8, 12.0),
                                     (torch.bfloat16, True, 128, 2, 4, 12.0),
+                                    (torch.float16, True, 128, 1, 12, None),
                                     (torch.bfloat16, True, 256, 1, 64, 12.0),
                                     (torch.bfloat16, False, 128, 2, 4, None),
                                     (torch.float16, False, 64, 1, 12, None),

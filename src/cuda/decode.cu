@@ -35,6 +35,7 @@
 // at once when the guard flagged nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -910,6 +911,31 @@ __device__ __forceinline__ void mma_16(float c[4], const uint32_t (&a)[4], uint3
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two E4M3 bytes (low: the lower key) times `scale` (1 or 1/8, exact) as a bf16 pair, low half
+// first: E4M3 -> f16 (exact, every E4M3 value is an f16 normal or zero) -> f32 -> bf16 (exact:
+// 4 significant bits, 2^-12 .. 448 x 1.125 within bf16's range).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  const float lo = __half2float(__half(__half_raw{h.x})) * scale;
+  const float hi = __half2float(__half(__half_raw{h.y})) * scale;
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&b);
+}
+
+// The v8 ring's A fragment of one plane (decode_split_ring_kernel): words w0 (keys 0-7) and w1
+// (keys 8-15) of ldmatrix.trans over byte rows, each holding bytes (key 2t, column 2g), (2t,
+// 2g + 1), (2t + 1, 2g), (2t + 1, 2g + 1): per word, the pair of column 2g (fragment row g) and
+// the pair of column 2g + 1 (row g + 8).
+__device__ __forceinline__ void e4m3_fragment(uint32_t w0, uint32_t w1, float scale,
+                                              uint32_t (&a)[4]) {
+  const uint32_t x0 = __byte_perm(w0, 0u, 0x3120u), x1 = __byte_perm(w1, 0u, 0x3120u);
+  a[0] = e4m3x2_to_bf16x2(x0, scale);
+  a[1] = e4m3x2_to_bf16x2(x0 >> 16, scale);
+  a[2] = e4m3x2_to_bf16x2(x1, scale);
+  a[3] = e4m3x2_to_bf16x2(x1 >> 16, scale);
 }
 
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
@@ -1923,9 +1949,12 @@ __host__ __device__ inline size_t split_ring_smem_bytes(int G, int D, int stages
          + 2u * G * 4;                        // sq, z
 }
 
+// v8 caches too (their value product on the tensor cores, the planes widened to bf16 in
+// registers), unless FOLD_DECODE_V8_RING=0 (read per call): then the plain split's fma path,
+// which keeps the reference's orders (A/B runs).
 inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
-  return p.dense != 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) &&
-         env_on("FOLD_DECODE_RING");
+  return p.dense != 0 && (c.v8 == 0 || env_on("FOLD_DECODE_V8_RING")) &&
+         (c.head_dim == 64 || c.head_dim == 128) && env_on("FOLD_DECODE_RING");
 }
 
 // A 1-D grid over the items (split, KV head, request), split fastest: one block per item
@@ -1939,9 +1968,10 @@ inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_para
 // indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
-template <int NP, int RBM, bool F16, int ST>
+template <int NP, int RBM, bool F16, int ST, bool V8 = false>
 __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap,
+                             const __grid_constant__ CUtensorMap vbmap,
                              const __grid_constant__ CUtensorMap amap,
                              const __grid_constant__ CUtensorMap bmap,
                              const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
@@ -1958,6 +1988,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // order.
   if (early == 0) pdl_wait();
   using namespace hopper;
+  static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
   constexpr int D = 64 * NP;
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
   constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys
@@ -2043,6 +2074,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   }
   if (tid == kThreads) {
     tma_prefetch_descriptor(&vmap);
+    if (V8) tma_prefetch_descriptor(&vbmap);
     tma_prefetch_descriptor(&amap);
     tma_prefetch_descriptor(&bmap);
     tma_prefetch_descriptor(&smap);
@@ -2123,9 +2155,15 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
           // the item (4 bytes more).
           if (j0 == cur.s0) atomicExch(&s_hdr[st], it);
           mbar_arrive_expect_tx(&full[st], 256u * D + 128u);
+          if (V8) {
+            // v8: the 64 rows of V's plane A, then of plane B (D bytes each, swizzled: below).
+            tma_load_2d(dst, &vmap, &full[st], 0, static_cast<int32_t>(r));
+            tma_load_2d(dst + 64 * D, &vbmap, &full[st], 0, static_cast<int32_t>(r));
+          } else {
 #pragma unroll
-          for (int pn = 0; pn < D / 64; ++pn)
-            tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
+            for (int pn = 0; pn < D / 64; ++pn)
+              tma_load_2d(dst + pn * 8192, &vmap, &full[st], 64 * pn, static_cast<int32_t>(r));
+          }
           tma_load_2d(dst + 128 * D, &amap, &full[st], 0, static_cast<int32_t>(r));
           tma_load_2d(dst + 192 * D, &bmap, &full[st], 0, static_cast<int32_t>(r));
           tma_load_2d(dst + 256 * D, &smap, &full[st], 0, static_cast<int32_t>(r / 64));
@@ -2153,6 +2191,22 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   const int jd = 2 * mtile + ((lane >> 3) & 1);
   const uint32_t a_off = static_cast<uint32_t>(
       (jd >> 3) * 8192 + ((lane >> 4) * 8 + (lane & 7)) * 128 + (((jd & 7) ^ (lane & 7)) << 4));
+  // v8: the stage holds V's planes as 64 rows of D bytes each (plane A, then plane B), with the
+  // 128-byte swizzle at D 128 (16-byte piece j of row k at j ^ (k % 8)) and the 64-byte one at
+  // D 64 (j ^ (k / 2 % 4)). One ldmatrix.x4.trans per k step reads 8 x 8 matrices of 16-bit pairs
+  // of bytes: matrix q = lane / 8 is plane q / 2, keys k0 + 8 (q & 1) .., the m tile's 16 bytes
+  // (columns 16 mtile ..). Lane (g, t) then holds, per matrix, keys 2t and 2t + 1 of columns
+  // 16 mtile + 2g and + 2g + 1: byte-permuted into the pair of each column, widened to bf16, they
+  // are A fragments whose row g is column 16 mtile + 2g and row g + 8 column 16 mtile + 2g + 1
+  // (the accumulators' rows map alike: dcol below).
+  const int vkey = lane & 15;
+  const uint32_t a_off8 =
+      static_cast<uint32_t>(((lane >> 4) & 1) * 64 * D + vkey * D +
+                            ((mtile ^ (D == 128 ? (vkey & 7) : ((vkey >> 1) & 3))) << 4));
+  // The output column of accumulator element i (rows g / g + 8 of the m tile, by the layout).
+  const auto dcol = [&](int i) {
+    return V8 ? 16 * mtile + 2 * mg + (i >> 1) : 16 * mtile + mg + 8 * (i >> 1);
+  };
   // B = the weights of rows 8 nb .. 8 nb + 7: matrices (keys k0 ..) and (keys k0 + 8 ..), row
   // addresses from lanes 0-15 (ldmatrix .x2).
   const uint32_t b_base =
@@ -2210,9 +2264,17 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
         // Every panel's whole rows, so the swizzle does not matter.
         const int end = min(kChunk, (nk + 15) & ~15);
-        for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
-          const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
-          reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
+        if (V8) {
+          // (E4M3 0x7f / 0xff are NaN.) Both planes' rows nk .. end - 1.
+          for (int e = tid; e < 2 * (end - nk) * (D / 16); e += kThreads) {
+            const int pl = e / ((end - nk) * (D / 16)), x = e % ((end - nk) * (D / 16));
+            reinterpret_cast<uint4 *>(sv + pl * 64 * D + nk * D)[x] = make_uint4(0u, 0u, 0u, 0u);
+          }
+        } else {
+          for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
+            const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
+            reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
+          }
         }
         // These generic writes precede the producer's next TMA into the stage (the next item's).
         fence_proxy_async();
@@ -2279,14 +2341,22 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       for (int kk = 0; kk < KS; ++kk) {
         const int k0 = kpart * (kChunk / KP) + 16 * kk;
         if (!FULL && k0 >= nk) break;
-        uint32_t a[4];
-        ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
+        uint32_t a[4], a2[4];
+        if (V8) {
+          uint32_t w[4];
+          ldsm_x4_trans(w, smem_u32(sv) + a_off8 + static_cast<uint32_t>(k0 * D));
+          e4m3_fragment(w[0], w[1], 1.0f, a);     // plane A
+          e4m3_fragment(w[2], w[3], 0.125f, a2);  // plane B / 8
+        } else {
+          ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
+        }
 #pragma unroll
         for (int nb = 0; nb < RBM; ++nb) {
           if (RBM == 1 || nb < nrb) {  // (RBM 1: nrb is 1)
             uint32_t bw[2];            // (rows 8 nb + g) x keys k0 + 2t .. | k0 + 8 + 2t ..
             ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * kWRow + k0) * 2));
             mma_16<F16>(acc[nb], a, bw[0], bw[1]);
+            if (V8) mma_16<F16>(acc[nb], a2, bw[0], bw[1]);
           }
         }
       }
@@ -2322,7 +2392,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       for (int nb = 0; nb < RBM; ++nb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+          const int d = dcol(i), g = 8 * nb + 2 * mt + (i & 1);
           if (nb < nrb) nred[g * D + d] = acc[nb][i];
         }
     }
@@ -2330,13 +2400,20 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     const int s = s_item[0], hk = s_item[1], b = s_item[2];
     const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
     if (kpart == 0) {
+      // v8: N of the unscaled planes times 2^v_exp (exact: a power of two).
+      float sx = 1.0f;
+      if (V8) {
+        const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
+        sx = exp2i(x == kVExpUnset ? 0 : x);
+      }
 #pragma unroll
       for (int nb = 0; nb < RBM; ++nb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int d = 16 * mtile + mg + 8 * (i >> 1), g = 8 * nb + 2 * mt + (i & 1);
+          const int d = dcol(i), g = 8 * nb + 2 * mt + (i & 1);
           if (nb < nrb && g < G) {
-            const float n = KP == 2 ? add_rn(acc[nb][i], nred[g * D + d]) : acc[nb][i];
+            float n = KP == 2 ? add_rn(acc[nb][i], nred[g * D + d]) : acc[nb][i];
+            if (V8) n = mul_rn(n, sx);
             ws.part_n[((row0 + g) * ws.splits + s) * D + d] = n;
           }
         }
@@ -2353,7 +2430,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     if (tid == 0) {
       const int64_t keys = s_item[3];
       const int64_t bytes = keys * (D + 2) + keys * 2 * D + keys * D;
-      add_split_stats(c, ws, stats, pass, b, hk, keys, keys, keys, 0, bytes);
+      add_split_stats(c, ws, stats, pass, b, hk, keys, keys, keys, V8 ? keys : 0, bytes);
     }
     named_bar_sync(1, kThreads);  // q fragments, sq, zr, the row sums: free for the next item
   }
@@ -3093,16 +3170,17 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
-                            const CUtensorMap, const fold_kvcache_t, const fold_decode_params_t,
-                            const Ws, const int, int64_t *, const int, const int32_t *, const int);
-template <int NP, bool F16>
+                            const CUtensorMap, const CUtensorMap, const fold_kvcache_t,
+                            const fold_decode_params_t, const Ws, const int, int64_t *, const int,
+                            const int32_t *, const int);
+template <int NP, bool F16, bool V8 = false>
 RingKernel ring_kernel_rb(int nrb, int stages) {
   if (nrb <= 1)
-    return stages == 4 ? decode_split_ring_kernel<NP, 1, F16, 4>
-                       : decode_split_ring_kernel<NP, 1, F16, 2>;
-  return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2>
-         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2>
-                    : decode_split_ring_kernel<NP, 8, F16, 2>;
+    return stages == 4 ? decode_split_ring_kernel<NP, 1, F16, 4, V8>
+                       : decode_split_ring_kernel<NP, 1, F16, 2, V8>;
+  return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2, V8>
+         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2, V8>
+                    : decode_split_ring_kernel<NP, 8, F16, 2, V8>;
 }
 // The ring's stages at G <= 8 (one row block): 4 at D 64, 2 at D 128; more groups 2.
 // FOLD_DECODE_RING_STAGES = 2 / 4 overrides at G <= 8 (A/B runs). Graphed and interleaved on the
@@ -3132,8 +3210,12 @@ int64_t fetch_resident(RingKernel kernel, size_t smem, int batch) {
   const int r = resident_blocks(k, kRingThreads, with_table);
   return r == resident_blocks(k, kRingThreads, smem) ? static_cast<int64_t>(r) * sm_count() : 0;
 }
-RingKernel ring_kernel(int D, int G, bool f16, int stages) {
+RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8) {
   const int nrb = (G + 7) / 8;
+  // v8: bf16 weight operands whatever the queries' type (the bf16 guard window).
+  if (v8)
+    return D == 64 ? ring_kernel_rb<1, false, true>(nrb, stages)
+                   : ring_kernel_rb<2, false, true>(nrb, stages);
   if (D == 64)
     return f16 ? ring_kernel_rb<1, true>(nrb, stages) : ring_kernel_rb<1, false>(nrb, stages);
   return f16 ? ring_kernel_rb<2, true>(nrb, stages) : ring_kernel_rb<2, false>(nrb, stages);
@@ -3312,12 +3394,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     // form measured at every batch before 4 stages (without it a large batch would run one block
     // per item: 6% slower at D 64 in section 27; 4 stages were measured at B1 and B32 only).
     // Scheduling only: no value depends on it.
-    if (fetch_resident(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4),
+    if (fetch_resident(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4, c.v8 != 0),
                        split_ring_smem_bytes(G, c.head_dim, 4), c.batch) == 0)
       stages = 2;
   }
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
-  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages);
+  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages, c.v8 != 0);
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
@@ -3342,7 +3424,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // faster than 256 at B8-B128 D 128, 1-2% at D 64 B32-B64, the same at B1; none or 64 measured
   // as 128; session 23), 256 for the opt-in screen ring (not measured). FOLD_DECODE_L2PROMO
   // (0 / 64 / 128 / 256, read at every call) sets both, for A/B runs; the bits never depend on it.
-  CUtensorMap vmap{}, amap{}, bmap{}, smap{};
+  CUtensorMap vmap{}, vbmap{}, amap{}, bmap{}, smap{};
   if (ring || screen) {
     const CUtensorMapL2promotion promo =
         l2_promotion("FOLD_DECODE_L2PROMO", ring ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
@@ -3359,7 +3441,16 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     const uint32_t sbox[2] = {64, 1};
     smap = encode_tiled(c.k_scale, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, sdims, sstrides, sbox,
                         CU_TENSOR_MAP_SWIZZLE_NONE, promo);
-    if (ring) {
+    if (ring && c.v8) {
+      // v8: V's planes as the K planes' boxes, swizzled for the ring's ldmatrix (128-byte rows
+      // at D 128, 64-byte rows at D 64).
+      const CUtensorMapSwizzle swz =
+          D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+      vmap =
+          encode_tiled(c.v_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox, swz, promo);
+      vbmap =
+          encode_tiled(c.v_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, pdims, pstrides, pbox, swz, promo);
+    } else if (ring) {
       const uint64_t vdims[2] = {D, rows}, vstrides[1] = {D * 2};
       const uint32_t vbox[2] = {64, 64};
       vmap = encode_tiled_16bit(c.v, 2, vdims, vstrides, vbox, CU_TENSOR_MAP_SWIZZLE_128B, promo);
@@ -3405,7 +3496,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     }
     launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
              blocks < items ? smem_fetch : smem_ring, stream, pdl,
-             "decode_split_ring_kernel launch", vmap, amap, bmap, smap, c, p, ws, 0, stats,
+             "decode_split_ring_kernel launch", vmap, vbmap, amap, bmap, smap, c, p, ws, 0, stats,
              env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early);
   } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
