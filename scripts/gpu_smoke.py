@@ -38,9 +38,10 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         vl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
         fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
-# trips the guard, v8 exponent growth (the D 64 G 8 v8 cache runs dense since session 21's
-# planner, through the v8 ring since session 36; the D 128 G 4 one keeps v8's screen; the D 128
-# G 12 one is the v8 ring's 128-byte swizzle, two row blocks), G = 64 at D = 256 (large shared memory); screened
+# trips the guard, v8 exponent growth (v8 caches at D 64 / 128 run dense since session 36's
+# planner, through the v8 ring: D 64 G 8, and D 128 G 12 for the ring's 128-byte swizzle and two
+# row blocks; the D 128 G 4 one keeps v8's screened split by FOLD_DECODE_SCREEN=1), G = 64 at
+# D = 256 (large shared memory); screened
 # splits (the two-half split2 at G <= 4 with bf16/fp16 V: D 128 two blocks per SM, D 64 three;
 # G 8 at D 128 for its wide form) and dense (depth None: the dense ring; at D 64 G <= 8 its
 # four-stage form) splits.
@@ -55,6 +56,10 @@ for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, Fa
                                     (torch.float16, False, 64, 1, 12, 16.0),
                                     (torch.float16, False, 64, 2, 3, 16.0),
                                     (torch.bfloat16, False, 128, 1, 8, 16.0)):
+    keep = v8 and d == 128 and g == 4  # v8's screened split (the planner would read every key)
+    saved = os.environ.get("FOLD_DECODE_SCREEN")
+    if keep:
+        os.environ["FOLD_DECODE_SCREEN"] = "1"
     cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1200, depth=depth, v8=v8, page_size=64, dtype=dtype, device=dev)
     for b, n in enumerate([0, 700, 1100, 65]):
         cache.add_request()
@@ -67,6 +72,11 @@ for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, Fa
         fa.fold_attn_with_kvcache(q, cache, torch.randn(4, hkv, d, device=dev, dtype=dtype),
                                   torch.randn(4, hkv, d, device=dev, dtype=dtype) * scale)
     print("decode", dtype, "v8" if v8 else "", f"D{d} G{g} depth {depth}", cache.stats())
+    if keep:
+        if saved is None:
+            os.environ.pop("FOLD_DECODE_SCREEN")
+        else:
+            os.environ["FOLD_DECODE_SCREEN"] = saved
 # A large batch (more groups than SMs): the front's 128-thread form (G <= 4), dense and screened.
 for dtype, d, hkv, g, depth in () if training_only else ((torch.bfloat16, 128, 2, 4, 16.0),
                                                        (torch.float16, 64, 2, 3, None)):

@@ -121,7 +121,9 @@ class FoldKVCache:
         depth: binades below the reference a key's coarse weight may fall and stay live
             (finite, > 0); None: dense (every key read with both planes). Where the screen
             costs more time than the bytes it saves (bf16 / fp16 values with a group size
-            above 8 at head_dim 128, or above 4 at head_dim 64: measured on the H200), a step
+            above 8 at head_dim 128, or above 4 at head_dim 64; v8 values at head_dim 64 and
+            128 whatever the group, whose screen is not yet on the tensor cores: measured on
+            the H200), a step
             reads every key instead, with the bits of depth None (exact, so no error is
             added; the stats show every key live), on the CPU reference and the GPU alike.
             FOLD_DECODE_SCREEN=1 in the environment keeps the screen at every shape.

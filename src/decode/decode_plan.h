@@ -55,11 +55,16 @@ constexpr float kDefaultVRefineBand = 10.0f;
 // (session 21, the same A/B with v8, depth 16 against every key read: dense faster by 2.4% at
 // D 128 G 16 and by 7.5% at D 64 G 8; at D 128 G 8 by 2.2% and at D 64 G 3 by 7.9% on synthetic
 // caches, where the screen is kept as for bf16 values; the screen faster by 3.6% at D 128 G 4).
-// D 256, whose dense path is not the ring, keeps the screen. The choice depends on the cache's
-// shape only (never on the batch or the lengths), so invariance holds; the CPU reference makes
-// the same choice. FOLD_DECODE_SCREEN=1 keeps the screen everywhere (tests, A/B runs).
-FOLD_HD constexpr bool screen_pays(int group, int head_dim, bool /*v8: the same rule*/) {
+// D 256, whose dense path is not the ring, keeps the screen. Since session 36 the dense ring
+// reads v8 caches on the tensor cores while v8's screened split is still the fma path: there, at
+// depth 16, the screen took 2.0-2.8x the dense ring's time (B1-B128, G 3-8; notes/decode.md
+// section 45), so v8 caches at D 64 / 128 read every key at every group size. The choice depends
+// on the cache's shape only (never on the batch or the lengths), so invariance holds; the CPU
+// reference makes the same choice. FOLD_DECODE_SCREEN=1 keeps the screen everywhere (tests, A/B
+// runs).
+FOLD_HD constexpr bool screen_pays(int group, int head_dim, bool v8) {
   if (head_dim != 64 && head_dim != 128) return true;
+  if (v8) return false;
   return group <= (head_dim == 64 ? 4 : 8);
 }
 
