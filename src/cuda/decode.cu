@@ -913,15 +913,18 @@ __device__ __forceinline__ void mma_16(float c[4], const uint32_t (&a)[4], uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two E4M3 bytes (low: the lower key) times `scale` (1 or 1/8, exact) as a bf16 pair, low half
-// first: E4M3 -> f16 (exact, every E4M3 value is an f16 normal or zero) -> f32 -> bf16 (exact:
-// 4 significant bits, 2^-12 .. 448 x 1.125 within bf16's range).
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale) {
-  const __half2_raw h =
+// Two E4M3 bytes (low: the lower key), divided by 8 if EIGHTH, as a bf16 pair, low half first:
+// E4M3 -> f16 (exact: every E4M3 value is an f16 normal or zero), the division on the f16 pair
+// (exact: E4M3's smallest magnitude 2^-9 / 8 is an f16 normal), -> f32 -> bf16 (exact: 4
+// significant bits within bf16's range).
+template <bool EIGHTH>
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
+  const __half2_raw raw =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
-  const float lo = __half2float(__half(__half_raw{h.x})) * scale;
-  const float hi = __half2float(__half(__half_raw{h.y})) * scale;
-  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  __half2 h(raw);
+  if (EIGHTH) h = __hmul2(h, __half2(__half_raw{0x3000}, __half_raw{0x3000}));  // 0x3000: 1/8
+  const float2 f = __half22float2(h);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<const uint32_t *>(&b);
 }
 
@@ -929,13 +932,13 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale) 
 // (keys 8-15) of ldmatrix.trans over byte rows, each holding bytes (key 2t, column 2g), (2t,
 // 2g + 1), (2t + 1, 2g), (2t + 1, 2g + 1): per word, the pair of column 2g (fragment row g) and
 // the pair of column 2g + 1 (row g + 8).
-__device__ __forceinline__ void e4m3_fragment(uint32_t w0, uint32_t w1, float scale,
-                                              uint32_t (&a)[4]) {
+template <bool EIGHTH>
+__device__ __forceinline__ void e4m3_fragment(uint32_t w0, uint32_t w1, uint32_t (&a)[4]) {
   const uint32_t x0 = __byte_perm(w0, 0u, 0x3120u), x1 = __byte_perm(w1, 0u, 0x3120u);
-  a[0] = e4m3x2_to_bf16x2(x0, scale);
-  a[1] = e4m3x2_to_bf16x2(x0 >> 16, scale);
-  a[2] = e4m3x2_to_bf16x2(x1, scale);
-  a[3] = e4m3x2_to_bf16x2(x1 >> 16, scale);
+  a[0] = e4m3x2_to_bf16x2<EIGHTH>(x0);
+  a[1] = e4m3x2_to_bf16x2<EIGHTH>(x0 >> 16);
+  a[2] = e4m3x2_to_bf16x2<EIGHTH>(x1);
+  a[3] = e4m3x2_to_bf16x2<EIGHTH>(x1 >> 16);
 }
 
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
@@ -2345,8 +2348,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         if (V8) {
           uint32_t w[4];
           ldsm_x4_trans(w, smem_u32(sv) + a_off8 + static_cast<uint32_t>(k0 * D));
-          e4m3_fragment(w[0], w[1], 1.0f, a);     // plane A
-          e4m3_fragment(w[2], w[3], 0.125f, a2);  // plane B / 8
+          e4m3_fragment<false>(w[0], w[1], a);  // plane A
+          e4m3_fragment<true>(w[2], w[3], a2);  // plane B / 8
         } else {
           ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
         }
