@@ -57,7 +57,7 @@ constexpr float kDefaultVRefineBand = 10.0f;
 // caches, where the screen is kept as for bf16 values; the screen faster by 3.6% at D 128 G 4).
 // D 256, whose dense path is not the ring, keeps the screen. Since session 36 the dense ring
 // reads v8 caches on the tensor cores while v8's screened split is still the fma path: there, at
-// depth 16, the screen took 2.0-2.8x the dense ring's time (B1-B128, G 3-8; notes/decode.md
+// depth 16, the screen took 1.9-2.8x the dense ring's time (B1-B128, G 3-8; notes/decode.md
 // section 45), so v8 caches at D 64 / 128 read every key at every group size. The choice depends
 // on the cache's shape only (never on the batch or the lengths), so invariance holds; the CPU
 // reference makes the same choice. FOLD_DECODE_SCREEN=1 keeps the screen everywhere (tests, A/B
