@@ -1919,17 +1919,19 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
 // ---- dense split through a TMA ring, value product on the tensor cores
 // ---------------------------
 //
-// The dense split of bf16 / fp16 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0 runs
-// decode_split_kernel). A producer warp moves each 64-key chunk into a ring of ST stages
-// (ring_stages) with full / empty mbarriers: the V rows by TMA (a 2-D map over the
-// cache's rows, 64 x 64-value boxes with the 128-byte swizzle, so that the ldmatrix reads below are
-// free of bank conflicts; per-row bulk copies into padded rows cost the producer ~540 instructions
-// per chunk, ncu), plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The
-// 8 consumer warps compute every key's weight exactly as decode_split_kernel does (integer dots on
+// The dense split of bf16 / fp16 and v8 caches at D 64 / 128 (the default there; FOLD_DECODE_RING=0
+// runs decode_split_kernel, FOLD_DECODE_V8_RING=0 for v8 caches only). A producer warp moves each
+// 64-key chunk into a ring of ST stages (ring_stages) with full / empty mbarriers: the V rows by
+// TMA (a 2-D map over the cache's rows, 64 x 64-value boxes with the 128-byte swizzle, so that the
+// ldmatrix reads below are free of bank conflicts; per-row bulk copies into padded rows cost the
+// producer ~540 instructions per chunk, ncu; v8: V's two byte planes as 64-row boxes, swizzled
+// alike), plane A rows and plane B rows and the 64 scales (TMA boxes of 64 rows too). The 8
+// consumer warps compute every key's weight exactly as decode_split_kernel does (integer dots on
 // the tensor cores, the same fine logit, exp2 and operand rounding: the same bf16 / fp16 weight
 // bits), then the value product on the tensor cores: N^T[d][g] += V^T[d][k] W^T[k][g] with
 // mma.m16n8k16 (A = V^T by ldmatrix.trans of the stage rows, B = the weights of 8 rows). The
-// products of two 16-bit operands are exact in fp32; only the order and rounding of the fp32 sums
+// products of two 16-bit operands are exact in fp32 (v8: the planes widened to bf16 exactly, two
+// products per key: plane A and plane B / 8); only the order and rounding of the fp32 sums
 // differ from the CPU reference's sequential sums, so this path matches the reference within a
 // rounding bound, not bit for bit (notes/decode.md section 15). Every order is fixed by the split
 // (no dependence on the batch or on placement), so a request's bits alone, in a batch and under
@@ -1937,8 +1939,9 @@ __device__ __forceinline__ void load_q_fragments(uint4 *qfrag, const Ws &ws, int
 constexpr int kRingThreads = kThreads + 32;  // 8 consumer warps + 1 producer warp
 
 __host__ __device__ inline size_t ring_stage_bytes(int D) {
-  // V: D / 64 swizzled panels of 64 rows x 128 bytes (1024-aligned) | A (D) | B (D) per key |
-  // the 64 scales; rounded up to keep the next stage's panels 1024-aligned.
+  // V: D / 64 swizzled panels of 64 rows x 128 bytes (1024-aligned; v8: V's planes A and B, 64
+  // rows x D bytes each, the same 128 D bytes) | A (D) | B (D) per key | the 64 scales; rounded
+  // up to keep the next stage's panels 1024-aligned.
   return (static_cast<size_t>(64) * 4 * D + 128 + 1023) & ~static_cast<size_t>(1023);
 }
 
@@ -2403,7 +2406,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     const int s = s_item[0], hk = s_item[1], b = s_item[2];
     const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
     if (kpart == 0) {
-      // v8: N of the unscaled planes times 2^v_exp (exact: a power of two).
+      // v8: N of the unscaled planes times 2^v_exp: exact while the product is a normal float.
+      // (The reference scales each value before its fma instead; at the range's edges, |N| near
+      // 2^-126 or 2^128, the two can differ by more than a rounding: an overflow or subnormal
+      // the reference's terms hit and this sum does not, or the reverse.)
       float sx = 1.0f;
       if (V8) {
         const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
@@ -3422,7 +3428,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_screen),
                          static_cast<int>(smem_screen), "decode_split_screen_kernel");
   // The rings' TMA maps over the cache's rows (page, KV head, row): V in 64 x 64-value boxes
-  // with the 128-byte swizzle, the K planes in 64-row boxes, the scales as rows of 64.
+  // with the 128-byte swizzle (v8: each plane in 64-row boxes, swizzled by 128 bytes at D 128 and
+  // 64 at D 64), the K planes in 64-row boxes, the scales as rows of 64.
   // L2 promotion: 128 bytes for the dense ring (H200, graphed, interleaved, two runs: 1.4-3.3%
   // faster than 256 at B8-B128 D 128, 1-2% at D 64 B32-B64, the same at B1; none or 64 measured
   // as 128; session 23), 256 for the opt-in screen ring (not measured). FOLD_DECODE_L2PROMO
