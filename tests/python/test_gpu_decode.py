@@ -377,11 +377,12 @@ def test_decode_ring_schedule_same_bits(dtype, D, Hkv, G, lengths, v8, blocks, k
 @pytest.mark.parametrize("blocks", ["-", "3"])
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize(
-    "dtype,D,Hkv,G",
-    [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3), (torch.bfloat16, 128, 1, 16)],
-    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16"],
+    "dtype,D,Hkv,G,v8",
+    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
+     (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
 )
-def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, blocks, monkeypatch):
+def test_decode_overlap_same_bits(dtype, D, Hkv, G, v8, depth, blocks, monkeypatch):
     # The dense ring and split2 start beside the front (the default; FOLD_DECODE_OVERLAP=0: the
     # front triggers them at its end): they read the lengths (the append's new ones when the step
     # appends), the page table and the cache before their wait, the front's output after it.
@@ -390,14 +391,17 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, depth, blocks, monkeypatch):
     # and Z read too early would differ), on ragged lengths with empty and free requests; depth
     # 16 runs split2 at G 3 / 4 and the dense ring at G 16 (the planner's choice there);
     # blocks "3": the ring's blocks fetch items from the counter (several items per block).
+    # v8 (the dense ring reads the planes before its wait): the second append's values are 300x,
+    # so the requests' V exponents grow and their stored planes are re-quantised by the append.
     monkeypatch.setenv("FOLD_DECODE_PDL", "1")
     if blocks != "-":
         monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blocks)
     B = len(RAGGED)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=29, dtype=dtype)
     qs = [q, q.roll(1, dims=1), q.roll(2, dims=1)]
-    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth)
+    steps = [(torch.randn(B, Hkv, D).to(dtype), (torch.randn(B, Hkv, D) * (300.0 if v8 and i else 1.0)).to(dtype))
+             for i in range(2)]
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth, v8=v8)
               for _ in range(2)]
     _fill(caches, k, v, RAGGED, chunks=2)
     runs = []
