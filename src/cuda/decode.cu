@@ -2267,20 +2267,15 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       const bool present = FULL || kq < nk;
       if (!FULL) {
         // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
-        // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN).
-        // Every panel's whole rows, so the swizzle does not matter.
+        // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN;
+        // E4M3 0x7f / 0xff are NaN). Every panel's whole rows, so the swizzle does not matter:
+        // D / 64 panels of 64 rows x 128 bytes, or v8's two planes of 64 rows x D bytes.
+        constexpr int kPanels = V8 ? 2 : D / 64, kPieces = (V8 ? D : 128) / 16;  // per row
         const int end = min(kChunk, (nk + 15) & ~15);
-        if (V8) {
-          // (E4M3 0x7f / 0xff are NaN.) Both planes' rows nk .. end - 1.
-          for (int e = tid; e < 2 * (end - nk) * (D / 16); e += kThreads) {
-            const int pl = e / ((end - nk) * (D / 16)), x = e % ((end - nk) * (D / 16));
-            reinterpret_cast<uint4 *>(sv + pl * 64 * D + nk * D)[x] = make_uint4(0u, 0u, 0u, 0u);
-          }
-        } else {
-          for (int e = tid; e < (D / 64) * (end - nk) * 8; e += kThreads) {
-            const int pn = e / ((end - nk) * 8), x = e % ((end - nk) * 8);
-            reinterpret_cast<uint4 *>(sv + pn * 8192 + nk * 128)[x] = make_uint4(0u, 0u, 0u, 0u);
-          }
+        for (int e = tid; e < kPanels * (end - nk) * kPieces; e += kThreads) {
+          const int pn = e / ((end - nk) * kPieces), x = e % ((end - nk) * kPieces);
+          reinterpret_cast<uint4 *>(sv + (pn * 64 + nk) * 16 * kPieces)[x] =
+              make_uint4(0u, 0u, 0u, 0u);
         }
         // These generic writes precede the producer's next TMA into the stage (the next item's).
         fence_proxy_async();
@@ -3373,14 +3368,16 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const dim3 cgrid2(c.n_kv_heads, c.batch, (G * c.head_dim + 2 * kThreads - 1) / (2 * kThreads));
   const int64_t cblocks2 = static_cast<int64_t>(cgrid2.x) * cgrid2.y * cgrid2.z;
   const size_t combine_smem2 = combine_smem_bytes(w.splits, cblocks2, 2);
-  bool ept2 = G * c.head_dim >= 2 * kThreads && cblocks1 > 8 * int64_t{sm_count()};
-  if (const char *v = std::getenv("FOLD_DECODE_COMBINE_EPT")) ept2 = std::strcmp(v, "2") == 0;
+  const char *ept_knob = std::getenv("FOLD_DECODE_COMBINE_EPT");
+  bool ept2 = ept_knob != nullptr
+                  ? std::strcmp(ept_knob, "2") == 0
+                  : G * c.head_dim >= 2 * kThreads && cblocks1 > 8 * int64_t{sm_count()};
   if (ept2) {
     // Its residency as the occupancy calculator answers it (its staging may exceed the default
     // 48 KB, so the attribute is set first); the rule's "fits one wave" is over that count.
     set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
                          static_cast<int>(combine_smem2), "decode_combine2_kernel");
-    if (!std::getenv("FOLD_DECODE_COMBINE_EPT"))
+    if (ept_knob == nullptr)
       ept2 = cblocks2 <=
              int64_t{resident_blocks(reinterpret_cast<const void *>(decode_combine2_kernel),
                                      kThreads, combine_smem2)} *
@@ -3520,7 +3517,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   // Pass 0's combine (the guard's flags).
   if (ept2)
     launch_k(decode_combine2_kernel, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,
-             "decode_combine_kernel launch", c, p, ws, out, lse);
+             "decode_combine2_kernel launch", c, p, ws, out, lse);
   else
     launch_k(decode_combine_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
              "decode_combine_kernel launch", c, p, ws, out, lse);
