@@ -93,13 +93,14 @@ for B, L, H, Hkv, D in SHAPES:
         cache, q = build_cache(prob, depth, V8, max_len=SPARE * L + 64), prob.q
         out = torch.empty(B, H, D, dtype=torch.bfloat16, device=dev)
         lse = torch.empty(B, H, dtype=torch.float32, device=dev)
-        graphs = []
+        graphs, reads = [], []  # reads: each arm's step statistics (bytes per key, fractions)
         for i, v in enumerate(VALUES):
             set_env(v)
             if DEPTH_ARMS:
                 cache.depth = DEPTH_ARMS[i]
             decode_step_cuda(cache, q, None, None, out, lse)  # warm-up (and any lazy setup)
             torch.cuda.synchronize()
+            reads.append(cache.stats())
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 decode_step_cuda(cache, q, None, None, out, lse)
@@ -111,7 +112,11 @@ for B, L, H, Hkv, D in SHAPES:
             for i in order:
                 t[i].append(statistics.median(replay_times(graphs[i], REPS)))
         med = [statistics.median(x) for x in t]
-        cells = "  ".join(f"{v}: {m:7.1f} us ({m / med[0]:.3f})" for v, m in zip(VALUES, med))
+        cells = "  ".join(
+            f"{v}: {m:7.1f} us ({m / med[0]:.3f}) [{st['bytes_per_key']:.0f} B/key, live "
+            f"{st['live_frac']:.3f}, v-refined {st['v_refine_frac']:.3f}]"
+            for v, m, st in zip(VALUES, med, reads)
+        )
         spare = f" max_len={SPARE * L + 64}" if SPARE > 1 else ""
         v8 = " v8" if V8 else ""
         v8 += f" capture layer {CAPTURE_LAYER}" if CAP is not None else ""

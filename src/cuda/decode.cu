@@ -3411,7 +3411,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                          "decode_split_ring_kernel");
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
   const Split2Kernel split2_k =
-      split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16) : nullptr;
+      split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16, c.v8 != 0) : nullptr;
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");

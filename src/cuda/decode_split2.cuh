@@ -51,6 +51,8 @@ static_assert(kS2Scale % 16 == 0, "cp.async of the key scales: 16-byte aligned")
 static_assert(kS2RowBase % 8 == 0 && kS2Row0 % 8 == 0 && kS2Flag8 % 8 == 0 && kS2Ptr % 8 == 0,
               "64-bit tables (the flags are read as uint64_t): 8-byte aligned");
 static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte aligned");
+static_assert(3 * sizeof(void *) * kS2Halves >= 4 * (kThreads / 32),
+              "v8's per-warp v-refined counts reuse the pointer table after the step loop");
 
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
@@ -95,7 +97,10 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
   if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
-  if (p.dense != 0 || c.v8 != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
+  if (p.dense != 0 || (c.head_dim != 64 && c.head_dim != 128)) return plan;
+  // v8 caches: FOLD_DECODE_V8_SPLIT2=0 (read per call) keeps split_item's fma value product, for
+  // A/B runs and the tests (its sums are the CPU reference's, bit for bit).
+  if (c.v8 != 0 && env_tristate("FOLD_DECODE_V8_SPLIT2") == 0) return plan;
   const int G = p.n_heads / c.n_kv_heads;
   if (G > 16) return plan;
   if (G > 4 && env_tristate("FOLD_DECODE_SPLIT2_WIDE") == 0) return plan;
@@ -150,6 +155,69 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
   return k;
 }
 
+// V8: the value stage rows hold V's plane A (D bytes) then plane B (D bytes), the same 2 D bytes
+// as a 16-bit row and the same 16-byte pieces (D 128: piece c of row k at c ^ (k % 8), which
+// permutes pieces within each plane's eight; D 64: pv_vrow's padded rows). Plane B is zero in the
+// rows of live keys without a v-refine verdict (a + 0 / 8 = a: plane A's value exactly).
+// The lane's ldmatrix base for pv_mma_chunk_acc_v8: matrix q = lane / 8 is plane q / 2, keys
+// 8 (q % 2) .. of the warp's part, the m tile's 16 bytes (columns 16 mtile ..); as in the v8
+// ring (decode_split_ring_kernel), lane (g, t) then holds keys 2t, 2t + 1 of columns 16 mtile +
+// 2g, + 2g + 1 of each. The row's XOR is lane % 8 (the part's first key and the 16-key steps are
+// multiples of 8).
+template <int D>
+__device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR, int warp,
+                                                 int lane) {
+  constexpr int MT = D / 16, KP = pv_kparts(D);
+  const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
+  const int key = kpart * (kChunk / KP) + 8 * ((lane >> 3) & 1) + (lane & 7);
+  const int piece = (lane >> 4) * (D / 16) + (split2_vswz(D) ? (mtile ^ (lane & 7)) : mtile);
+  return hopper::smem_u32(sv) + static_cast<uint32_t>(key * VR + 16 * piece);
+}
+// pv_mma_chunk_acc_at for the v8 stage: per 16-key step one ldmatrix.x4.trans of both planes'
+// bytes, each plane widened exactly to bf16 (e4m3_fragment: plane B divided by 8), two mma per
+// row block (plane A, then plane B / 8) on the same bf16 weights. The accumulators' rows are
+// columns 16 mtile + 2g (c0, c1) and + 2g + 1 (c2, c3): pv_acc_store_v8.
+template <int D, int WROW, int NB>
+__device__ __forceinline__ void pv_mma_chunk_acc_v8(float (&c)[NB][4], uint32_t a_base,
+                                                    uint32_t b_base, int VR, uint64_t live_mask,
+                                                    int warp) {
+  constexpr int MT = D / 16, KP = pv_kparts(D);
+  static_assert(MT <= 8, "one m tile per warp");
+  const int kpart = MT >= 8 ? 0 : warp / MT;
+  const uint64_t mask = live_mask >> (kpart * (kChunk / KP));  // the warp's keys from bit 0
+#pragma unroll
+  for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
+    if (((mask >> (16 * kk)) & 0xffffull) == 0) continue;
+    uint32_t wd[4], a[4], a2[4];
+    ldsm_x4_trans(wd, a_base + static_cast<uint32_t>(16 * kk * VR));
+    e4m3_fragment<false>(wd[0], wd[1], a);  // plane A
+    e4m3_fragment<true>(wd[2], wd[3], a2);  // plane B / 8
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      uint32_t bw[2];
+      ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + 16 * kk) * 2));
+      mma_16<false>(c[nb], a, bw[0], bw[1]);
+      mma_16<false>(c[nb], a2, bw[0], bw[1]);
+    }
+  }
+}
+// pv_acc_store with the v8 column map: row g of the m tile is column 16 mtile + 2g, row g + 8
+// column 16 mtile + 2g + 1.
+template <int D, int NB>
+__device__ __forceinline__ void pv_acc_store_v8(float *ns, const float (&c)[NB][4], int RS,
+                                                int warp, int lane) {
+  constexpr int MT = D / 16;
+  const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
+  const int mg = lane >> 2, mt = lane & 3;
+  float *nsl = ns + static_cast<size_t>(kpart) * D * RS;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    float *c0 = nsl + (16 * mtile + 2 * mg) * RS + 8 * nb + 2 * mt;
+    *reinterpret_cast<float2 *>(c0) = make_float2(c[nb][0], c[nb][1]);
+    *reinterpret_cast<float2 *>(c0 + RS) = make_float2(c[nb][2], c[nb][3]);
+  }
+}
+
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
@@ -157,8 +225,12 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
 //
 // F16: the value planes (and the weight operands) are fp16, else bf16 (D: a template parameter,
 // not c.dtype read per block: the operand rounding and the value product's form are then fixed
-// per instance; the launcher picks the instance by dtype, split2_kernel).
-template <int NP, bool SA, bool WIDE, int RB, bool F16>
+// per instance; the launcher picks the instance by dtype, split2_kernel). V8: V in two E4M3
+// planes (bf16 weight operands): plane A gathered for every live key, plane B only for the keys
+// with a v-refine verdict (split_item's rule: a coarse logit >= Z - v_refine_band for some row of
+// the group), the value product on the tensor cores (pv_mma_chunk_acc_v8), N times 2^v_exp at
+// the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
+template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
@@ -166,6 +238,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   constexpr int D = 64 * NP;
   constexpr int VR = split2_vrow(D);
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
+  static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
   // Before the wait below (the front may still run: OVERLAP) only what the front does not write:
@@ -241,7 +314,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     s_rowbase[tid] = row;
     s_pa[tid] = reinterpret_cast<const unsigned char *>(c.k_a + row * D);
     s_pb[tid] = reinterpret_cast<const unsigned char *>(c.k_b + row * D);
-    s_pv[tid] = static_cast<const unsigned char *>(c.v) + row * 2 * D;
+    s_pv[tid] = V8 ? c.v_a + row * D : static_cast<const unsigned char *>(c.v) + row * 2 * D;
   }
   if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
   // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
@@ -333,6 +406,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   // addresses in every conditional 16-key step; half h adds kChunk h VR and 2 kChunk h bytes.
   uint32_t pv_a, pv_b;
   pv_acc_bases<D, kWRow2, split2_vswz(D)>(stage, wop, VR, warp, lane, pv_a, pv_b);
+  if constexpr (V8) pv_a = pv_a_base_v8<D>(stage, VR, warp, lane);
   asm volatile("" : "+r"(pv_a));
   asm volatile("" : "+r"(pv_b));
   // D >= 128 (BYROW): the value gathers by rows. Copy i of a warp's lane takes 16-byte piece
@@ -351,15 +425,27 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   const int kv = BYROW ? lane / PPR : 0;
   // (BYROW: the row base; copy i's piece is (lane % PPR) ^ ((kv + RPI i) % 8), split2_vrow.)
   unsigned char *const v_p = BYROW ? stage + (8 * warp + kv) * VR : stage + kq * VR + 16 * u;
-  const int v_src = (8 * warp + kv) * 2 * D + 16 * (lane % PPR);
+  // V8: the half's pointer is plane A's row (D bytes per key); plane B's pieces (BYROW: pieces
+  // PPR / 2 .. of a row; else the thread's second piece) come from the same offset in c.v_b.
+  [[maybe_unused]] const int64_t vb_off = V8 ? c.v_b - c.v_a : 0;
+  const int v_src = V8 ? (8 * warp + kv) * D + 16 * (lane % (PPR / 2))
+                       : (8 * warp + kv) * 2 * D + 16 * (lane % PPR);
+  constexpr int VRB = V8 ? D : 2 * D;  // bytes per key of a half's rows from its pointer
   // BYROW: bit 4 k + h, the warp's stage row (half h, key 8 warp + k) may hold a value (see
   // split_item), as the bits of the ballot lc below; else row_held[h] for the thread's key kq.
   uint32_t rows_held = 0x33333333u;
   bool row_held[2] = {true, true};
+  // V8: the same for plane B's pieces, held where the key was v-refined (BYROW: the lane's piece
+  // is plane B's when lane % PPR >= PPR / 2; then its copies follow vr_bits, not the live bits).
+  uint32_t rows_held_b = 0x33333333u;
+  [[maybe_unused]] bool row_held_b[2] = {true, true};
+  const bool piece_b = V8 && BYROW && lane % PPR >= PPR / 2;
   // Live keys + refined keys << 16, as seen by this thread: every thread counts its key kq of
   // both halves, so the block's sum is four times the split's counts (<= 4 kSplitKeys each).
   static_assert(4 * kSplitKeys < 0x10000, "the live count must not carry into the refined one");
   uint32_t cnt = 0u;
+  [[maybe_unused]] uint32_t cnt_v =
+      0u;  // V8: v-refined keys, counted as cnt's (four lanes per key)
   int n_pages = 0;
   bool page_has_cut = false;
   const int nsteps = (s1 - s0 + kStep2 - 1) / kStep2;
@@ -419,7 +505,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           for (int j = 0; j < 2; ++j) {
             const float sa = coarse_logit(ca[rb][sl][j], ca[rb][sl][2 + j],
                                           logit_multiplier(sq_r, skj[sl][j], 8 + log2d));
-            vbits[sl] |= ((sa >= tl_r ? 1 : 0) | (sa >= tr_r ? 2 : 0)) << (3 * j);
+            vbits[sl] |= ((sa >= tl_r ? 1 : 0) | (sa >= tr_r ? 2 : 0) |
+                          (V8 && sa >= sub_rn(rc.y, p.v_refine_band) ? 4 : 0))
+                         << (3 * j);
             wr[j] = sa;
           }
         }
@@ -432,7 +520,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
       if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);
     }
-    bool live[2], refine[2], present[2];
+    bool live[2], refine[2], present[2], vref[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
@@ -444,6 +532,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       present[h] = kq < (h == 0 ? nkh0 : nkh1);
       live[h] = (mine & 1) != 0 && present[h];
       refine[h] = (mine & 2) != 0 && live[h];
+      vref[h] = V8 && (mine & 4) != 0 && live[h];
     }
     // The verdicts' bookkeeping. The four lanes of a key agree on its flags (they depend on kq
     // only), so one ballot in which lane u reports flag u of its key (live in half 0, 1; cut,
@@ -461,6 +550,13 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     if (lane < 4) s_flag8[8 * lane + warp] = (lc & (0x11111111u << lane)) != 0 ? 1 : 0;
     cnt += (live[0] ? 1u : 0u) + (live[1] ? 1u : 0u) + (refine[0] ? 0x10000u : 0u) +
            (refine[1] ? 0x10000u : 0u);
+    // V8: the v-refine verdicts, ballot as lc's live bits (bit 4 k + h: key 8 warp + k, half h).
+    uint32_t lvr = 0u;
+    if constexpr (V8) {
+      const unsigned int vfl = (vref[0] ? 1u : 0u) | (vref[1] ? 2u : 0u);
+      lvr = __ballot_sync(0xffffffffu, ((vfl >> u) & 1u) != 0);
+      cnt_v += (vref[0] ? 1u : 0u) + (vref[1] ? 1u : 0u);
+    }
     // Gathers: plane B of the refined keys (registers), the live keys' values (stage rows
     // 64 h + k: v_p above); then the next step's plane A. Each copy from one source pointer and
     // the destination v_p plus constants: written per piece, both addresses were rebuilt for
@@ -474,20 +570,26 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
           for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
         }
       }
-      const uint32_t lv = lc >> (4 * kv), hv = rows_held >> (4 * kv);  // (this lane's rows)
+      // (V8: a plane-B piece's lane copies where its key is v-refined and zeroes where plane B
+      // was held.)
+      const uint32_t lv = (piece_b ? lvr : lc) >> (4 * kv),
+                     hv = (piece_b ? rows_held_b : rows_held) >> (4 * kv);  // (this lane's rows)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i) {
           unsigned char *dst =
               v_p + (kChunk * h + RPI * i) * VR + 16 * ((lane % PPR) ^ ((kv + RPI * i) & 7));
+          // (V8: plane B's lanes read c.v_b, vb_off past the half's plane-A pointer.)
           if ((lv >> (4 * RPI * i + h)) & 1u)
-            cp_async16(dst, s_pv[2 * si + h] + (v_src + RPI * i * 2 * D));
+            cp_async16(dst, (V8 ? s_pv[2 * si + h] + (piece_b ? vb_off : 0) : s_pv[2 * si + h]) +
+                                (v_src + RPI * i * VRB));
           else if ((hv >> (4 * RPI * i + h)) & 1u)
             *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
         }
       }
       rows_held = lc & 0x33333333u;
+      if constexpr (V8) rows_held_b = lvr & 0x33333333u;
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -499,15 +601,31 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
             for (int i = 0; i < NP; ++i) kb[h][i] = pb[u + 4 * i];
           }
-          const unsigned char *src = s_pv[2 * si + h] + (kq * 2 * D + 16 * u);
+          if constexpr (V8) {
+            // Plane A's pieces of the thread's quarter, then plane B's (D bytes on) where the
+            // key is v-refined, else zeros where plane B was held.
+            const unsigned char *src = s_pv[2 * si + h] + (kq * D + 16 * u);
 #pragma unroll
-          for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
-        } else if (row_held[h]) {
+            for (int i = 0; i < NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
+#pragma unroll
+            for (int i = 0; i < NP; ++i) {
+              if (vref[h])
+                cp_async16(dst + D + 64 * i, src + vb_off + 64 * i);
+              else if (row_held_b[h])
+                *reinterpret_cast<uint4 *>(dst + D + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
+            }
+          } else {
+            const unsigned char *src = s_pv[2 * si + h] + (kq * 2 * D + 16 * u);
+#pragma unroll
+            for (int i = 0; i < 2 * NP; ++i) cp_async16(dst + 64 * i, src + 64 * i);
+          }
+        } else if (row_held[h]) {  // (V8: both planes; plane B is held only where A is)
 #pragma unroll
           for (int i = 0; i < 2 * NP; ++i)
             *reinterpret_cast<uint4 *>(dst + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
         }
         row_held[h] = live[h];
+        if constexpr (V8) row_held_b[h] = vref[h];
       }
     }
     cp_async_commit();
@@ -636,7 +754,10 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
       const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
-      pv_mma_chunk_acc_at<D, F16, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
+      if constexpr (V8)
+        pv_mma_chunk_acc_v8<D, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
+      else
+        pv_mma_chunk_acc_at<D, F16, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
     }
     __syncthreads();
   }
@@ -662,9 +783,26 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     page_mean[e] =
         div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
   }
-  pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
+  if constexpr (V8)
+    pv_acc_store_v8<D, RB>(ns, acc, RS, warp, lane);
+  else
+    pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
   cnt = __reduce_add_sync(0xffffffffu, cnt);
   if (lane == 0) s_wcount[warp] = cnt;
+  // V8: the v-refined count beside it, in the pointer table (free after the loop: its last reads
+  // of s_pa / s_pv / s_pb were before the loop's last barrier).
+  [[maybe_unused]] uint32_t *const s_vcount = reinterpret_cast<uint32_t *>(tab + kS2Ptr);
+  if constexpr (V8) {
+    cnt_v = __reduce_add_sync(0xffffffffu, cnt_v);
+    if (lane == 0) s_vcount[warp] = cnt_v;
+  }
+  // V8: N of the unscaled planes times 2^v_exp (as the v8 ring: exact while the product is a
+  // normal float), before the cut pages' mass x mean V, which the page sums hold in real units.
+  [[maybe_unused]] float sx = 1.0f;
+  if constexpr (V8) {
+    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
+    sx = exp2i(x == kVExpUnset ? 0 : x);
+  }
   __syncthreads();
   // The split's partial, as split_item's (the same products and sums in the same page order).
   const int64_t row0_end = s_row0;
@@ -677,6 +815,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       cn = add_rn(cn, mul_rn(page_cut[i * G + g], page_mean[i * D + d]));
     float nsum = 0.0f;
     for (int sl = 0; sl < pv_kparts(D); ++sl) nsum = add_rn(nsum, ns[(sl * D + d) * RS + g]);
+    if constexpr (V8) nsum = mul_rn(nsum, sx);
     ws.part_n[((row0_end + g) * ws.splits + s) * D + d] = add_rn(nsum, cn);
   }
   for (int g = tid; g < G; g += kThreads) {
@@ -688,12 +827,15 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   if (tid == 0) {
     // Keys: every key of [s0, s1) is present in exactly one (step, half, kq). Live and refined:
     // the threads' counts over four (each key counted by its four lanes).
-    uint32_t sum = 0u;
+    uint32_t sum = 0u, sum_v = 0u;
     for (int wi = 0; wi < kThreads / 32; ++wi) sum += s_wcount[wi];
-    const int64_t n[3] = {s1 - s0, (sum & 0xffffu) >> 2, sum >> 18};
-    const int64_t bytes =
-        n[0] * (D + 2) + n[1] * 2 * D + n[2] * D + static_cast<int64_t>(n_pages) * 4 * D;
-    add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], 0, bytes);
+    if constexpr (V8)
+      for (int wi = 0; wi < kThreads / 32; ++wi) sum_v += s_vcount[wi];
+    const int64_t n[4] = {s1 - s0, (sum & 0xffffu) >> 2, sum >> 18, sum_v >> 2};
+    // (V8: plane A of V per live key, plane B per v-refined key, as split_item counts them.)
+    const int64_t bytes = n[0] * (D + 2) + n[1] * (V8 ? D : 2 * D) + n[2] * D + n[3] * D +
+                          static_cast<int64_t>(n_pages) * 4 * D;
+    add_split_stats(c, ws, stats, pass, b, hk, n[0], n[1], n[2], n[3], bytes);
   }
 }
 
@@ -701,13 +843,14 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 // blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
 // plane A in shared memory, SA).
-template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1>
+template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1,
+          bool V8 = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats, const int32_t *lengths) {
   // (split2_item waits for the front once its first loads are in flight.)
-  split2_item<NP, SA, WIDE, RB, F16>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z,
-                                     lengths);
+  split2_item<NP, SA, WIDE, RB, F16, V8>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z,
+                                         lengths);
   pdl_trigger();
 }
 
@@ -719,27 +862,33 @@ using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, 
 // capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
 // forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange); G 9-16:
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
-template <bool F16>
+template <bool F16, bool V8 = false>
 inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
   if (G > 8)
-    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2>
-                   : decode_split2_kernel<F16, 2, 2, false, true, 2>;
+    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2, V8>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 2, V8>;
   if (G > 4) {
     if (D == 64)
-      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true>
-                     : decode_split2_kernel<F16, 1, 2, false, true>;
-    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true>
-                   : decode_split2_kernel<F16, 2, 2, false, true>;
+      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true, 1, V8>
+                     : decode_split2_kernel<F16, 1, 2, false, true, 1, V8>;
+    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true, 1, V8>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 1, V8>;
   }
   if (plan.sa)
-    return D == 64 ? decode_split2_kernel<F16, 1, 3, true> : decode_split2_kernel<F16, 2, 3, true>;
-  if (D == 64) return three ? decode_split2_kernel<F16, 1, 3> : decode_split2_kernel<F16, 1, 2>;
-  return three ? decode_split2_kernel<F16, 2, 3> : decode_split2_kernel<F16, 2, 2>;
+    return D == 64 ? decode_split2_kernel<F16, 1, 3, true, false, 1, V8>
+                   : decode_split2_kernel<F16, 2, 3, true, false, 1, V8>;
+  if (D == 64)
+    return three ? decode_split2_kernel<F16, 1, 3, false, false, 1, V8>
+                 : decode_split2_kernel<F16, 1, 2, false, false, 1, V8>;
+  return three ? decode_split2_kernel<F16, 2, 3, false, false, 1, V8>
+               : decode_split2_kernel<F16, 2, 2, false, false, 1, V8>;
 }
-// The instance of a plan for the cache's value dtype (fp16 or bf16 planes, a template parameter).
-inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16) {
+// The instance of a plan for the cache's value format: fp16 or bf16 planes, or v8's E4M3 planes
+// (bf16 weight operands), a template parameter.
+inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16, bool v8) {
+  if (v8) return split2_kernel_dt<false, true>(plan, G, D);
   return f16 ? split2_kernel_dt<true>(plan, G, D) : split2_kernel_dt<false>(plan, G, D);
 }

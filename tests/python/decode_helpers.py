@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -133,3 +134,30 @@ def step_outputs(cache, q, k=None, v=None):
     to = lambda x: None if x is None else x.to(dev)  # noqa: E731
     out, lse = fa.fold_attn_with_kvcache(to(q), cache, to(k), to(v), return_lse=True)
     return out.cpu(), lse.cpu(), cache.stats()
+
+
+def tensor_core_path(v8, D, depth, G):
+    """Whether a CUDA step's value product runs on the tensor cores, so that its output matches
+    the CPU reference within one output rounding (the same weight bits, N summed in fp32 in
+    the mma's order) instead of bit for bit. bf16 / fp16 V: always. v8 caches at D 64 / 128:
+    where the dense ring reads them (depth None, or any depth the planner reads densely, i.e.
+    unless FOLD_DECODE_SCREEN=1 keeps the screen: decode_plan.h screen_pays) unless the rings are
+    off; with the screen kept, where split2 runs them (G <= 16, split2_plan) unless
+    FOLD_DECODE_V8_SPLIT2=0. Elsewhere (D 256, G > 16, the knobs off) split_item's fma product
+    keeps the reference's order. Read when the step runs (tests set these variables). Groups
+    that the guard flags are recomputed by split_item (exact), which "within one rounding"
+    admits."""
+    if not v8:
+        return True
+    env = os.environ.get
+    if D not in (64, 128):
+        return False
+    if depth is None or env("FOLD_DECODE_SCREEN") != "1":
+        return env("FOLD_DECODE_RING") != "0" and env("FOLD_DECODE_V8_RING") != "0"
+    return (
+        G <= 16
+        and env("FOLD_DECODE_SPLIT2") != "0"
+        and env("FOLD_DECODE_V8_SPLIT2") != "0"
+        and (G <= 4 or env("FOLD_DECODE_SPLIT2_WIDE") != "0")
+        and (G <= 8 or env("FOLD_DECODE_SPLIT2_G16") != "0")
+    )

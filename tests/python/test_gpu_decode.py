@@ -3,7 +3,7 @@
 The same cache filled through CPU and CUDA must hold identical bits; decode outputs must
 match the reference: bit for bit where the kernels keep the reference's summation order, and
 within one output rounding where they do not (caches with bf16 / fp16 V, whose value
-product runs on the tensor cores: `_tensor_core_path`), with equal verdict statistics; accuracy vs float64 as the CPU's; bit-identical alone and in a
+product runs on the tensor cores: `decode_helpers.tensor_core_path`), with equal verdict statistics; accuracy vs float64 as the CPU's; bit-identical alone and in a
 batch; CUDA-graph capture + replay of append + attend. Skipped without a CUDA device or when
 the library was built without CUDA. Every test runs under a hard time limit.
 """
@@ -19,7 +19,7 @@ import torch
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 
-from decode_helpers import default_scale, floor_err, reference, rel_err, synth
+from decode_helpers import default_scale, floor_err, reference, rel_err, synth, tensor_core_path
 # (Shared with test_gpu_decode_pages.py; kept under this file's original names.)
 from decode_helpers import assert_matches_cpu as _assert_matches
 from decode_helpers import assert_same_cache as _assert_same_cache
@@ -54,25 +54,8 @@ def _pair(B, H, Hkv, D, max_len, **kw):
     return _make("cpu", B, H, Hkv, D, max_len, **kw), _make(CUDA, B, H, Hkv, D, max_len, **kw)
 
 
-def _tensor_core_path(v8, D, depth):
-    # Caches with bf16 / fp16 V (every split kernel but the v8 one) compute the same weight
-    # bits as the CPU reference but sum N in fp32 in another order (mma on the tensor cores)
-    # and T, T_lse and the cut mass over a tree of each chunk's keys: the output matches
-    # within one output rounding, not bit for bit. v8 caches keep the reference's orders
-    # except where the dense ring reads them, which widens the planes to bf16 for the tensor
-    # cores: D 64 / 128 with every key read (depth None, or any depth unless
-    # FOLD_DECODE_SCREEN=1 keeps the screen: decode_plan.h screen_pays), the rings not turned
-    # off. Read when the step runs (tests set these variables).
-    if not v8:
-        return True
-    env = os.environ.get
-    if env("FOLD_DECODE_RING") == "0" or env("FOLD_DECODE_V8_RING") == "0" or D not in (64, 128):
-        return False
-    return depth is None or env("FOLD_DECODE_SCREEN") != "1"
-
-
 def _cache_tensor_core_path(cache):
-    return _tensor_core_path(cache.v8, cache.head_dim, cache.depth)
+    return tensor_core_path(cache.v8, cache.head_dim, cache.depth, cache.n_heads // cache.n_kv_heads)
 
 
 def _compare_step(cpu, gpu, q, k=None, v=None, exact_stats=True):
@@ -182,7 +165,7 @@ def _ragged_step_matches_cpu(dtype, D, Hkv, G, seed, max_len=2100, **cache_kw):
     _fill((cpu, gpu), k, v, RAGGED, chunks=2)
     oc, lc, sc = _step(cpu, q)
     og, lg, sg = _step(gpu, q)
-    exact = not _tensor_core_path(cache_kw.get("v8", False), D, cache_kw.get("depth"))
+    exact = not tensor_core_path(cache_kw.get("v8", False), D, cache_kw.get("depth"), G)
     _assert_matches(oc, og, lc, lg, exact)
     assert sc == sg, (sc, sg)
     return cpu, gpu, q
@@ -191,7 +174,7 @@ def _ragged_step_matches_cpu(dtype, D, Hkv, G, seed, max_len=2100, **cache_kw):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{str(c[0])[6:]}-D{c[1]}-{c[2]}x{c[3]}-depth{c[4]}-v8{c[5]}")
 def test_decode_matches_cpu_ragged_lengths(cfg):
     # The CUDA front, split and combine against the CPU reference: outputs and LSE (bit for bit
-    # for v8 caches off the dense ring, else within one rounding: _tensor_core_path) and read
+    # for v8 caches off the dense ring, else within one rounding: tensor_core_path) and read
     # statistics bit for bit, on ragged lengths (empty, 1, partial chunks and splits).
     dtype, D, Hkv, G, depth, v8 = cfg
     _ragged_step_matches_cpu(dtype, D, Hkv, G, 5, depth=depth, v8=v8)
@@ -342,6 +325,33 @@ def test_decode_combine_batch_same_bits(dtype, D, Hkv, G, depth, batch, monkeypa
 
     _ring_runs_same_bits(dtype, D, Hkv, G, [9000, 4700, 513, 1], 31, set_arm, monkeypatch,
                          depth=depth, max_len=9200)
+
+
+@pytest.mark.parametrize("D,Hkv,G", [(128, 2, 4), (64, 3, 3), (128, 1, 8), (64, 1, 12)])
+def test_v8_split2_matches_fma_split(D, Hkv, G, monkeypatch):
+    # v8's screened split2 (the value product on the tensor cores) against split_item's fma
+    # product (FOLD_DECODE_V8_SPLIT2=0, the CPU reference's bits): the same weights and verdicts,
+    # so equal statistics, and outputs within one fp16 rounding that differ in few elements.
+    # refine_band 0 puts plane B of V in reach of keys within 2 binades of Z only, so most live
+    # keys read plane A alone: a plane B gathered or left stale where it should be zero (or
+    # dropped where it should be read) moves most outputs by more than a rounding.
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    B, L = 3, 2600
+    q, k, v = synth(B, Hkv, G, D, L, seed=11, dtype=torch.float16)
+    cache = _make(CUDA, B, Hkv * G, Hkv, D, L, depth=16.0, refine_band=0.0, v8=True,
+                  dtype=torch.float16)
+    _fill((cache,), k, v, [L, 1300, 517])
+    outs = []
+    for arm in ("0", "1"):
+        monkeypatch.setenv("FOLD_DECODE_V8_SPLIT2", arm)
+        outs.append(_step(cache, q))
+    (of, lf, sf), (ot, lt, st) = outs
+    assert sf == st, (sf, st)
+    assert sf["live_frac"] - sf["v_refine_frac"] > 0.2, sf
+    assert torch.equal(lf.view(torch.int32), lt.view(torch.int32))
+    _assert_matches(of, ot, lf, lt, exact=False)
+    n_diff = int((_bits(of) != _bits(ot)).sum())
+    assert n_diff <= of.numel() // 20, (n_diff, of.numel())
 
 
 @pytest.mark.parametrize("knob,value", [("FOLD_DECODE_RING_STAGES", "2"), ("FOLD_DECODE_RING_STAGES", "4"),
@@ -686,7 +696,7 @@ def test_error_against_float64(depth, v8):
     ec, eg, floor = rel_err(oc, ref), rel_err(og, ref), floor_err(ref)
     print(f"\ndepth={depth} v8={v8}: cuda {eg:.4e} cpu {ec:.4e} ({eg / floor:.3f} x floor)")
     # The tensor-core path sums in another order: its error may differ from the CPU's by a hair.
-    assert eg <= ec * (1 + (1e-2 if _tensor_core_path(v8, D, depth) else 1e-3)) + 1e-7
+    assert eg <= ec * (1 + (1e-2 if tensor_core_path(v8, D, depth, G) else 1e-3)) + 1e-7
     assert eg <= 1.5 * floor
 
 
