@@ -16,6 +16,11 @@ python scripts/decode_kernel_times.py --shapes "1,2048,9,3,64;1,8192,9,3,64"   (
 python scripts/decode_kernel_times.py --dense-only  depth None only
 python scripts/decode_kernel_times.py --screened-only  depth 16 only
 python scripts/decode_kernel_times.py --plain  the old cache (above)
+python scripts/decode_kernel_times.py --capture 14 --shapes "8,8192;32,8192"  a real-model
+    capture's layer (benchmarks/captures.py; the first capture found): each shape "B,L" is the
+    capture's request at length L repeated B times (heads and head dim are the capture's), so a
+    batch has the real cache's live fractions (as scripts/decode_env_ab.py --capture)
+--v8: caches with V in two E4M3 planes
 (needs a GPU and a CUDA build of the library; FOLD_ATTENTION_LIBRARY may name the .so)
 """
 
@@ -42,6 +47,20 @@ SHAPES = ((1, 32768, H_, 8, 128), (32, 8192, H_, 8, 128), (128, 4096, H_, 8, 128
 if "--shapes" in sys.argv:
     SHAPES = tuple(tuple(int(x) for x in s.split(","))
                    for s in sys.argv[sys.argv.index("--shapes") + 1].split(";") if s)
+V8 = "--v8" in sys.argv
+CAPTURE_LAYER = sys.argv[sys.argv.index("--capture") + 1] if "--capture" in sys.argv else ""
+CAP = None
+if CAPTURE_LAYER:
+    from benchmarks import captures
+    from benchmarks.arms.problems import DecodeProblem
+    from benchmarks.decode import capture_problem
+
+    caps = captures.load_all()
+    if not caps:
+        sys.exit("--capture: no capture found (python -m benchmarks.make_capture)")
+    CAP = caps[0]
+    m = CAP.meta
+    SHAPES = tuple((s[0], s[1], m["n_heads"], m["n_kv_heads"], m["head_dim"]) for s in SHAPES)
 DEPTHS = ((None,) if "--dense-only" in sys.argv else (16.0,) if "--screened-only" in sys.argv
           else (None, 16.0))
 REPS = 10
@@ -57,9 +76,14 @@ def short(name):
 def make_cache(B, L, H, Hkv, D, depth):
     """(cache, q): the protocol's synthetic problem in its fold arm's cache, or (--plain) the
     old one."""
+    if CAP is not None:
+        p = capture_problem(CAP, CAPTURE_LAYER, L)
+        rep = lambda x: x.expand(B, *x.shape[1:]).contiguous()  # noqa: E731
+        prob = DecodeProblem(q=rep(p.q), k=rep(p.k), v=rep(p.v), extra=p.extra)
+        return build_cache(prob, depth, V8), prob.q
     if not PLAIN:
         prob = synthetic_problem(B, L, H, Hkv, D)
-        return build_cache(prob, depth, False), prob.q
+        return build_cache(prob, depth, V8), prob.q
     torch.manual_seed(0)
     k = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16)
     v = torch.randn(B, L, Hkv, D, device=dev, dtype=torch.bfloat16) + 1.0
@@ -107,7 +131,8 @@ for B, L, H, Hkv, D in SHAPES:
                             else ev.cuda_time_total)
         st = cache.stats()
         print(f"B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: graphed attend {t_graph:.1f} us"
-              f" ({'plain' if PLAIN else 'protocol'} cache: live {st['live_frac']:.3f}, refined"
+              f" ({'plain' if PLAIN else 'capture ' + CAPTURE_LAYER if CAP else 'protocol'}"
+              f"{' v8' if V8 else ''} cache: live {st['live_frac']:.3f}, refined"
               f" {st['refine_frac']:.3f}, {st['bytes_per_key']:.0f} bytes/key)", flush=True)
         total = 0.0
         for name, ts in per.items():
