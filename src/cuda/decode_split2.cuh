@@ -878,11 +878,13 @@ inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
                    : decode_split2_kernel<F16, 2, 2, false, true, 1, V8>;
   }
   if (plan.sa)
-    return D == 64 ? decode_split2_kernel<F16, 1, 3, true, false, 1, V8>
+    return D == 64 ? (occ_n == 4 ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8>
+                                 : decode_split2_kernel<F16, 1, 3, true, false, 1, V8>)
                    : decode_split2_kernel<F16, 2, 3, true, false, 1, V8>;
   if (D == 64)
-    return three ? decode_split2_kernel<F16, 1, 3, false, false, 1, V8>
-                 : decode_split2_kernel<F16, 1, 2, false, false, 1, V8>;
+    return occ_n == 4 ? decode_split2_kernel<F16, 1, 4, false, false, 1, V8>
+           : three    ? decode_split2_kernel<F16, 1, 3, false, false, 1, V8>
+                      : decode_split2_kernel<F16, 1, 2, false, false, 1, V8>;
   return three ? decode_split2_kernel<F16, 2, 3, false, false, 1, V8>
                : decode_split2_kernel<F16, 2, 2, false, false, 1, V8>;
 }

@@ -513,6 +513,29 @@ def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, monkeypatch)
     assert sc == s1, (sc, s1)
 
 
+@pytest.mark.parametrize("dtype,D,Hkv,G,v8", [(torch.float16, 64, 3, 3, False), (torch.bfloat16, 64, 2, 4, False),
+                                              (torch.bfloat16, 64, 3, 3, True)])
+@pytest.mark.parametrize("sa", ["0", "1"])
+def test_decode_split2_occupancy_same_bits(dtype, D, Hkv, G, v8, sa, monkeypatch):
+    # split2's instances at two, three and four blocks per SM (FOLD_DECODE_SPLIT2_OCC; D 64,
+    # G <= 4: registers or, SA, plane A through shared memory) differ only in their register
+    # bound: the same output, LSE and statistics bit for bit.
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=13, dtype=dtype)
+    gpu = _make(CUDA, B, Hkv * G, Hkv, D, 2100, page_size=128, dtype=dtype, depth=16.0, v8=v8)
+    _fill((gpu,), k, v, RAGGED, chunks=2)
+    runs = []
+    for occ in ("2", "3", "4"):
+        monkeypatch.setenv("FOLD_DECODE_SPLIT2_OCC", occ)
+        runs.append(_step(gpu, q))
+    for o, lse, st in runs[1:]:
+        assert torch.equal(o.view(torch.int16), runs[0][0].view(torch.int16))
+        assert torch.equal(lse.view(torch.int32), runs[0][1].view(torch.int32))
+        assert st == runs[0][2], (st, runs[0][2])
+
+
 @pytest.mark.parametrize("pdl", ["1", "0"])
 @pytest.mark.parametrize("depth", [None, 16.0, 12.0])
 def test_decode_pdl_matches_cpu(depth, pdl, monkeypatch):
