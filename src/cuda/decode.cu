@@ -3338,10 +3338,9 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const bool pdl = env_on("FOLD_DECODE_PDL");
   const bool ring = split_ring_supported(c, p);
   const bool screen = !ring && split_screen_supported(c, p);
-  // The split grid holds more than four blocks per SM (split2's form: decode_split2.cuh). The
-  // grid follows the cache's capacity (max_len), not the lengths, which the host does not read.
-  const bool big = static_cast<int64_t>(w.splits) * groups > 4 * static_cast<int64_t>(sm_count());
-  const Split2Plan plan2 = split2_plan(c, p, big);
+  // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
+  // follows the cache's capacity (max_len), not the lengths, which the host does not read.
+  const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(w.splits) * groups, sm_count());
   const bool split2 = !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output

@@ -78,8 +78,9 @@ inline int env_tristate(const char *name) {
 // Which split2 form a launch takes. `big`: the split grid holds more than four blocks per SM
 // (scheduling only: every form gives the same bits, test_decode_split2_same_bits).
 struct Split2Plan {
-  bool on = false;  // split2 at all (else split_item, or a ring)
-  bool sa = false;  // plane A through shared memory (three blocks per SM at D 128)
+  bool on = false;    // split2 at all (else split_item, or a ring)
+  bool sa = false;    // plane A through shared memory (three blocks per SM at D 128)
+  bool four = false;  // four blocks per SM (D 64, G <= 4; 64 registers)
 };
 
 // Measured on the H200 (notes/decode.md section 21, session 13 rounds 1, 3 and 5; split kernel
@@ -91,9 +92,19 @@ struct Split2Plan {
 //   (D 128 B4 L16K H 32/4 63.5 -> 54.0, D 64 B4 L32K H 16/2 55.2 -> 49.7), and from 1,024 on
 //   with SA's three blocks (B16 L16K H 32/4 185.2 -> 167.2, D 64 B32 L16K H 16/2 158.4 -> 135.0);
 //   with registers there it was 3-12% slower.
+// - G <= 4, D 64 (session 37, graphed attend, depth 16, G 3 / 4, synthetic caches and the
+//   SmolLM2 capture): four blocks per SM with SA against the three of the register form, 0.88-0.92
+//   from 1,536 blocks on (B32 L8K H 9/3 85.0 -> 77.6 us, B128 L4K 150.3 -> 134.1, B64 L4K H 16/4
+//   114.4 -> 100.6; the capture B32 L8K 73.0 -> 66.9), but 1.03-1.05 at 384 and 768 blocks (B8
+//   L8K, B64 L2K: the extra block per SM gathers the grid on fewer SMs or leaves a thinner last
+//   wave) and flat at B1: so where the grid holds more than eight blocks per SM.
 // FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
-// force a form on ("1") or off ("0") for A/B runs and the bit test.
-inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p, bool big) {
+// force a form on ("1") or off ("0") for A/B runs and the bit test (SA=0 also keeps D 64 at
+// three blocks per SM; FOLD_DECODE_SPLIT2_OCC, split2_kernel_dt, forces a block count).
+// blocks: the split grid's (splits x KV heads x batch), sms: the device's SM count. Scheduling
+// only: every form gives the same bits (test_decode_split2_same_bits and _occupancy_same_bits).
+inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p,
+                              int64_t blocks, int sms) {
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
   if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
@@ -107,8 +118,14 @@ inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_
   if (G > 8 && env_tristate("FOLD_DECODE_SPLIT2_G16") == 0) return plan;
   plan.on = true;
   const int sa = env_tristate("FOLD_DECODE_SPLIT2_SA");
+  const bool big = blocks > 4 * static_cast<int64_t>(sms);
   // (Two row blocks, G 9-16: registers only, two blocks per SM.)
   plan.sa = G <= 8 && (sa == 1 || (sa == -1 && big && (G > 4 || c.head_dim == 128)));
+  if (c.head_dim == 64 && G <= 4 && sa != 0 && std::getenv("FOLD_DECODE_SPLIT2_OCC") == nullptr &&
+      blocks > 8 * static_cast<int64_t>(sms)) {
+    plan.sa = true;
+    plan.four = true;
+  }
   return plan;
 }
 
@@ -860,7 +877,9 @@ using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, 
 // The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80
 // registers, no spills; 22% faster than two at large batch), two at D 128 (120 registers;
 // capped for three it spilled 132 bytes and was 7-9% slower); FOLD_DECODE_SPLIT2_OCC=2 / 3
-// forces one at G <= 4 (A/B runs; the same bits). G 5-8: the wide form (no exchange); G 9-16:
+// forces one at G <= 4 (A/B runs; the same bits); D 64 G <= 4 at four blocks per SM (64
+// registers; SA where the plan's `four` picks it) or FOLD_DECODE_SPLIT2_OCC=4 (either form; the
+// v8 register form spills 16 bytes there). G 5-8: the wide form (no exchange); G 9-16:
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
 template <bool F16, bool V8 = false>
 inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
@@ -878,8 +897,8 @@ inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
                    : decode_split2_kernel<F16, 2, 2, false, true, 1, V8>;
   }
   if (plan.sa)
-    return D == 64 ? (occ_n == 4 ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8>
-                                 : decode_split2_kernel<F16, 1, 3, true, false, 1, V8>)
+    return D == 64 ? (occ_n == 4 || plan.four ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8>
+                                              : decode_split2_kernel<F16, 1, 3, true, false, 1, V8>)
                    : decode_split2_kernel<F16, 2, 3, true, false, 1, V8>;
   if (D == 64)
     return occ_n == 4 ? decode_split2_kernel<F16, 1, 4, false, false, 1, V8>
