@@ -58,10 +58,13 @@ constexpr float kDefaultVRefineBand = 10.0f;
 // D 256, whose dense path is not the ring, keeps the screen. Since session 36 the dense ring
 // reads v8 caches on the tensor cores while v8's screened split is still the fma path: there, at
 // depth 16, the screen took 1.9-2.8x the dense ring's time (B1-B128, G 3-8; notes/decode.md
-// section 45), so v8 caches at D 64 / 128 read every key at every group size. The choice depends
-// on the cache's shape only (never on the batch or the lengths), so invariance holds; the CPU
-// reference makes the same choice. FOLD_DECODE_SCREEN=1 keeps the screen everywhere (tests, A/B
-// runs).
+// section 45), so v8 caches at D 64 / 128 read every key at every group size. Session 37's v8
+// split2 (the screened value product on the tensor cores, 2-2.8x the fma split) did not change
+// that: against the dense ring 0.96-1.03 at D 128 G 4, 1.08-1.3 at G 8-16, 1.15-1.22 at D 64 G 3
+// (synthetic), and on the real model's capture 0.77-1.03 at B8-B64 but 1.16-1.21 at B1
+// (notes/decode.md section 46). The choice depends on the cache's shape only (never on the batch or
+// the lengths), so invariance holds; the CPU reference makes the same choice. FOLD_DECODE_SCREEN=1
+// keeps the screen everywhere (tests, A/B runs).
 FOLD_HD constexpr bool screen_pays(int group, int head_dim, bool v8) {
   if (head_dim != 64 && head_dim != 128) return true;
   if (v8) return false;
