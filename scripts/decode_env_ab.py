@@ -34,7 +34,6 @@ from graph_timing import replay_times
 
 sys.path.insert(0, ".")  # the repository root: the protocol's cache builders
 from benchmarks.arms.fold import build_cache  # noqa: E402
-from benchmarks.arms.problems import DecodeProblem  # noqa: E402
 from benchmarks.decode import capture_problem, synthetic_problem  # noqa: E402
 
 
@@ -66,9 +65,7 @@ if CAPTURE_LAYER:
 def make_problem(B, L, H, Hkv, D):
     if CAP is None:
         return synthetic_problem(B, L, H, Hkv, D)
-    p = capture_problem(CAP, CAPTURE_LAYER, L)
-    rep = lambda x: x.expand(B, *x.shape[1:]).contiguous()  # noqa: E731
-    return DecodeProblem(q=rep(p.q), k=rep(p.k), v=rep(p.v), extra=p.extra)
+    return capture_problem(CAP, CAPTURE_LAYER, L, B)
 DEPTHS = [DEPTH_ARMS[0]] if DEPTH_ARMS else [None] if "--dense-only" in sys.argv \
     else [16.0] if "--screened-only" in sys.argv else [None, 16.0]
 ROUNDS, REPS = int(arg("--rounds", "7")), int(arg("--reps", "10"))

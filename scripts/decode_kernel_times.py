@@ -52,7 +52,6 @@ CAPTURE_LAYER = sys.argv[sys.argv.index("--capture") + 1] if "--capture" in sys.
 CAP = None
 if CAPTURE_LAYER:
     from benchmarks import captures
-    from benchmarks.arms.problems import DecodeProblem
     from benchmarks.decode import capture_problem
 
     caps = captures.load_all()
@@ -77,9 +76,7 @@ def make_cache(B, L, H, Hkv, D, depth):
     """(cache, q): the protocol's synthetic problem in its fold arm's cache, or (--plain) the
     old one."""
     if CAP is not None:
-        p = capture_problem(CAP, CAPTURE_LAYER, L)
-        rep = lambda x: x.expand(B, *x.shape[1:]).contiguous()  # noqa: E731
-        prob = DecodeProblem(q=rep(p.q), k=rep(p.k), v=rep(p.v), extra=p.extra)
+        prob = capture_problem(CAP, CAPTURE_LAYER, L, B)
         return build_cache(prob, depth, V8), prob.q
     if not PLAIN:
         prob = synthetic_problem(B, L, H, Hkv, D)
