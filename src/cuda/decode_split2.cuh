@@ -75,8 +75,8 @@ inline int env_tristate(const char *name) {
   return std::strcmp(v, "1") == 0 ? 1 : (std::strcmp(v, "0") == 0 ? 0 : -1);
 }
 
-// Which split2 form a launch takes. `big`: the split grid holds more than four blocks per SM
-// (scheduling only: every form gives the same bits, test_decode_split2_same_bits).
+// Which split2 form a launch takes (split2_plan, from the split grid's blocks per SM; scheduling
+// only: every form gives the same bits, test_decode_split2_same_bits and _occupancy_same_bits).
 struct Split2Plan {
   bool on = false;    // split2 at all (else split_item, or a ring)
   bool sa = false;    // plane A through shared memory (three blocks per SM at D 128)
@@ -100,7 +100,8 @@ struct Split2Plan {
 //   wave) and flat at B1: so where the grid holds more than eight blocks per SM.
 // FOLD_DECODE_SPLIT2=0 turns split2 off; FOLD_DECODE_SPLIT2_SA and FOLD_DECODE_SPLIT2_WIDE
 // force a form on ("1") or off ("0") for A/B runs and the bit test (SA=0 also keeps D 64 at
-// three blocks per SM; FOLD_DECODE_SPLIT2_OCC, split2_kernel_dt, forces a block count).
+// three blocks per SM, while SA=1 there still takes four above the threshold; any
+// FOLD_DECODE_SPLIT2_OCC, split2_kernel_dt, forces a block count and turns the threshold off).
 // blocks: the split grid's (splits x KV heads x batch), sms: the device's SM count. Scheduling
 // only: every form gives the same bits (test_decode_split2_same_bits and _occupancy_same_bits).
 inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p,
@@ -170,6 +171,12 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
   k.pw = live ? round_operand(e, pf16) : 0.0f;
   k.cut = live ? 0.0f : e;
   return k;
+}
+
+// The byte at p + off where p and p + off lie in different allocations (v8's two planes: the
+// same row's plane B from its plane A pointer), by integer arithmetic.
+__device__ __forceinline__ const unsigned char *other_plane(const unsigned char *p, int64_t off) {
+  return reinterpret_cast<const unsigned char *>(reinterpret_cast<uintptr_t>(p) + off);
 }
 
 // V8: the value stage rows hold V's plane A (D bytes) then plane B (D bytes), the same 2 D bytes
@@ -444,7 +451,12 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   unsigned char *const v_p = BYROW ? stage + (8 * warp + kv) * VR : stage + kq * VR + 16 * u;
   // V8: the half's pointer is plane A's row (D bytes per key); plane B's pieces (BYROW: pieces
   // PPR / 2 .. of a row; else the thread's second piece) come from the same offset in c.v_b.
-  [[maybe_unused]] const int64_t vb_off = V8 ? c.v_b - c.v_a : 0;
+  // (Offsets between the two planes' allocations as integers: a pointer difference across
+  // allocations is undefined.)
+  [[maybe_unused]] const int64_t vb_off =
+      V8 ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(c.v_b) -
+                                reinterpret_cast<uintptr_t>(c.v_a))
+         : 0;
   const int v_src = V8 ? (8 * warp + kv) * D + 16 * (lane % (PPR / 2))
                        : (8 * warp + kv) * 2 * D + 16 * (lane % PPR);
   constexpr int VRB = V8 ? D : 2 * D;  // bytes per key of a half's rows from its pointer
@@ -453,7 +465,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   uint32_t rows_held = 0x33333333u;
   bool row_held[2] = {true, true};
   // V8: the same for plane B's pieces, held where the key was v-refined (BYROW: the lane's piece
-  // is plane B's when lane % PPR >= PPR / 2; then its copies follow vr_bits, not the live bits).
+  // is plane B's when lane % PPR >= PPR / 2; then its copies follow the v-refine ballot lvr, not
+  // the live bits).
   uint32_t rows_held_b = 0x33333333u;
   [[maybe_unused]] bool row_held_b[2] = {true, true};
   const bool piece_b = V8 && BYROW && lane % PPR >= PPR / 2;
@@ -505,7 +518,8 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     int32_t ca[RB][NSL][4];
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb) split2_dots<NP, WIDE>(qfrag, rb, lane, hs, ka, ca[rb]);
-    int vbits[NSL];  // per slot: keys 2t (bits 0-1), 2t + 1 (bits 3-4); OR over rows
+    // Per slot: keys 2t (bits 0-2), 2t + 1 (bits 3-5): live, refine, v-refine (V8); OR over rows.
+    int vbits[NSL];
 #pragma unroll
     for (int sl = 0; sl < NSL; ++sl) {
       vbits[sl] = 0;
@@ -599,8 +613,9 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
               v_p + (kChunk * h + RPI * i) * VR + 16 * ((lane % PPR) ^ ((kv + RPI * i) & 7));
           // (V8: plane B's lanes read c.v_b, vb_off past the half's plane-A pointer.)
           if ((lv >> (4 * RPI * i + h)) & 1u)
-            cp_async16(dst, (V8 ? s_pv[2 * si + h] + (piece_b ? vb_off : 0) : s_pv[2 * si + h]) +
-                                (v_src + RPI * i * VRB));
+            cp_async16(
+                dst, (V8 ? other_plane(s_pv[2 * si + h], piece_b ? vb_off : 0) : s_pv[2 * si + h]) +
+                         (v_src + RPI * i * VRB));
           else if ((hv >> (4 * RPI * i + h)) & 1u)
             *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
         }
@@ -627,7 +642,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 #pragma unroll
             for (int i = 0; i < NP; ++i) {
               if (vref[h])
-                cp_async16(dst + D + 64 * i, src + vb_off + 64 * i);
+                cp_async16(dst + D + 64 * i, other_plane(src, vb_off) + 64 * i);
               else if (row_held_b[h])
                 *reinterpret_cast<uint4 *>(dst + D + 64 * i) = make_uint4(0u, 0u, 0u, 0u);
             }

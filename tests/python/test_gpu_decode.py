@@ -327,15 +327,19 @@ def test_decode_combine_batch_same_bits(dtype, D, Hkv, G, depth, batch, monkeypa
                          depth=depth, max_len=9200)
 
 
+@pytest.mark.parametrize("sa", ["-", "1"])
 @pytest.mark.parametrize("D,Hkv,G", [(128, 2, 4), (64, 3, 3), (128, 1, 8), (64, 1, 12)])
-def test_v8_split2_matches_fma_split(D, Hkv, G, monkeypatch):
+def test_v8_split2_matches_fma_split(D, Hkv, G, sa, monkeypatch):
     # v8's screened split2 (the value product on the tensor cores) against split_item's fma
     # product (FOLD_DECODE_V8_SPLIT2=0, the CPU reference's bits): the same weights and verdicts,
     # so equal statistics, and outputs within one fp16 rounding that differ in few elements.
     # refine_band 0 puts plane B of V in reach of keys within 2 binades of Z only, so most live
     # keys read plane A alone: a plane B gathered or left stale where it should be zero (or
-    # dropped where it should be read) moves most outputs by more than a rounding.
+    # dropped where it should be read) moves most outputs by more than a rounding. sa "1": the
+    # forms with plane A of K in shared memory (FOLD_DECODE_SPLIT2_SA; G 9-16 has none).
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    if sa != "-":
+        monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
     B, L = 3, 2600
     q, k, v = synth(B, Hkv, G, D, L, seed=11, dtype=torch.float16)
     cache = _make(CUDA, B, Hkv * G, Hkv, D, L, depth=16.0, refine_band=0.0, v8=True,
