@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 37, round 8: library s37h (main 2c6... : the session's final device code). Where split2's
+# Session 37, round 8: library s37h (main e1c2e4b: the session's final device code). Where split2's
 # time goes on the real model's shape (the SmolLM2 capture, layer 14, bf16 V, the default depth
 # 16): ncu with source counters, one split2 launch at B1 L8K (48 blocks: the chains) and B32 L8K
 # (the four-blocks-per-SM SA form), the stall summary per SASS line (scripts/ncu_stalls.py) and
