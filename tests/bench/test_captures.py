@@ -60,3 +60,23 @@ def test_capture_decode_reference_matches_causal_attention():
         q.double()[None, :, None], k.double().transpose(0, 1)[None], v.double().transpose(0, 1)[None],
         enable_gqa=True)[0, :, 0]
     assert torch.allclose(out, sd, atol=1e-10)
+
+
+def test_capture_problem_repeats_the_request_over_a_batch(tmp_path, monkeypatch):
+    # benchmarks.decode's batched capture cases: the request at length L (its query the token at
+    # L - 1), repeated as separate copies; batch 1 is the plain case.
+    from benchmarks import decode
+    from benchmarks import device as dev
+
+    monkeypatch.setattr(dev, "DEVICE", "cpu")
+    meta, layers = captures.synthetic_capture(n_tokens=200, layers=(0,))
+    cap = captures.Capture(captures.save_capture(meta, layers, str(tmp_path), stem="tiny"))
+    one = decode.capture_problem(cap, "0", 128)
+    many = decode.capture_problem(cap, "0", 128, batch=3)
+    assert one.q.shape == (1, 3, 16) and one.k.shape == (1, 1, 128, 16)
+    assert many.q.shape == (3, 3, 16) and many.k.shape == (3, 1, 128, 16) and many.v.shape == many.k.shape
+    for b in range(3):
+        assert torch.equal(many.q[b], one.q[0]) and torch.equal(many.k[b], one.k[0])
+        assert torch.equal(many.v[b], one.v[0])
+    assert all(t.stride(0) != 0 and t.is_contiguous() for t in (many.q, many.k, many.v))  # copies
+    assert decode.case_name(many).endswith("B3-L128-H3/1-D16")
