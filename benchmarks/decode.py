@@ -74,6 +74,20 @@ def synthetic_problem(B, L, H, Hkv, D, seed=0, logit_std=3.0):
                          extra={"kind": "synthetic", "seed": seed, "logit_std": logit_std})
 
 
+def first_capture_or_exit(flag: str = "--capture"):
+    """The first capture found (captures.load_all), or exit saying how to make one (scripts)."""
+    caps = captures.load_all()
+    if not caps:
+        raise SystemExit(f"{flag}: no capture found (python -m benchmarks.make_capture)")
+    return caps[0]
+
+
+def capture_shapes(cap, shapes):
+    """(B, L, ...) shapes as (B, L, H, Hkv, D) with the capture's heads and head dim."""
+    m = cap.meta
+    return [(s[0], s[1], m["n_heads"], m["n_kv_heads"], m["head_dim"]) for s in shapes]
+
+
 def capture_problem(cap, layer: str, L: int, batch: int = 1):
     """The capture's request at length L (its query the token at L - 1), repeated `batch`
     times (separate copies: a batch read with the real cache's live fractions)."""

@@ -34,7 +34,12 @@ from graph_timing import replay_times
 
 sys.path.insert(0, ".")  # the repository root: the protocol's cache builders
 from benchmarks.arms.fold import build_cache  # noqa: E402
-from benchmarks.decode import capture_problem, synthetic_problem  # noqa: E402
+from benchmarks.decode import (  # noqa: E402
+    capture_problem,
+    capture_shapes,
+    first_capture_or_exit,
+    synthetic_problem,
+)
 
 
 def arg(name, default):
@@ -52,14 +57,8 @@ SHAPES = [tuple(int(x) for x in s.split(",")) for s in arg("--shapes", "").split
 CAPTURE_LAYER = arg("--capture", "")
 CAP = None
 if CAPTURE_LAYER:
-    from benchmarks import captures
-
-    caps = captures.load_all()
-    if not caps:
-        sys.exit("--capture: no capture found (python -m benchmarks.make_capture)")
-    CAP = caps[0]
-    m = CAP.meta
-    SHAPES = [(s[0], s[1], m["n_heads"], m["n_kv_heads"], m["head_dim"]) for s in SHAPES]
+    CAP = first_capture_or_exit()
+    SHAPES = capture_shapes(CAP, SHAPES)
 
 
 def make_problem(B, L, H, Hkv, D):

@@ -51,15 +51,10 @@ V8 = "--v8" in sys.argv
 CAPTURE_LAYER = sys.argv[sys.argv.index("--capture") + 1] if "--capture" in sys.argv else ""
 CAP = None
 if CAPTURE_LAYER:
-    from benchmarks import captures
-    from benchmarks.decode import capture_problem
+    from benchmarks.decode import capture_problem, capture_shapes, first_capture_or_exit
 
-    caps = captures.load_all()
-    if not caps:
-        sys.exit("--capture: no capture found (python -m benchmarks.make_capture)")
-    CAP = caps[0]
-    m = CAP.meta
-    SHAPES = tuple((s[0], s[1], m["n_heads"], m["n_kv_heads"], m["head_dim"]) for s in SHAPES)
+    CAP = first_capture_or_exit()
+    SHAPES = capture_shapes(CAP, SHAPES)
 DEPTHS = ((None,) if "--dense-only" in sys.argv else (16.0,) if "--screened-only" in sys.argv
           else (None, 16.0))
 REPS = 10

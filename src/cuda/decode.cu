@@ -1057,40 +1057,58 @@ __device__ __forceinline__ void pv_acc_bases(const unsigned char *sv, const uint
 // bases come from pv_acc_bases, computed by the caller once and pinned (split2: once per split,
 // each 64-key half adding its stage and weight offsets as constants): computed in here, ptxas
 // rebuilt both addresses in every conditional 16-key step (~10 integer instructions each).
-template <int D, bool F16, int WROW, int NB>
+//
+// V8 (split2's v8 stage: rows of plane A then plane B, D bytes each; a_base from pv_a_base_v8 in
+// decode_split2.cuh): one ldmatrix.x4.trans of both planes' bytes per 16-key step, each plane
+// widened exactly to bf16 (e4m3_fragment: plane B divided by 8), two mma per row block (plane
+// A, then plane B / 8) on the same bf16 weights; the accumulators' rows are then columns
+// 16 mtile + 2g (c0, c1) and + 2g + 1 (c2, c3) (pv_acc_store's V8).
+template <int D, bool F16, int WROW, int NB, bool V8 = false>
 __device__ __forceinline__ void pv_mma_chunk_acc_at(float (&c)[NB][4], uint32_t a_base,
                                                     uint32_t b_base, int VR, uint64_t live_mask,
                                                     int warp) {
   constexpr int MT = D / 16, KP = pv_kparts(D);
   static_assert(MT <= 8, "one m tile per warp");
+  static_assert(!V8 || !F16, "v8 weights are bf16 operands");
   const int kpart = MT >= 8 ? 0 : warp / MT;
   const uint64_t mask = live_mask >> (kpart * (kChunk / KP));  // the warp's keys from bit 0
 #pragma unroll
   for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
     if (((mask >> (16 * kk)) & 0xffffull) == 0) continue;
-    uint32_t a[4];
-    ldsm_x4_trans(a, a_base + static_cast<uint32_t>(16 * kk * VR));
+    uint32_t a[4], a2[4];
+    if constexpr (V8) {
+      uint32_t wd[4];
+      ldsm_x4_trans(wd, a_base + static_cast<uint32_t>(16 * kk * VR));
+      e4m3_fragment<false>(wd[0], wd[1], a);  // plane A
+      e4m3_fragment<true>(wd[2], wd[3], a2);  // plane B / 8
+    } else {
+      ldsm_x4_trans(a, a_base + static_cast<uint32_t>(16 * kk * VR));
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {  // (each accumulator's k steps in the same order)
       uint32_t bw[2];
       ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + 16 * kk) * 2));
       mma_16<F16>(c[nb], a, bw[0], bw[1]);
+      if constexpr (V8) mma_16<F16>(c[nb], a2, bw[0], bw[1]);
     }
   }
 }
-// The accumulators of pv_mma_chunk_acc_at into the warp's N slice ns [kpart][d][RS].
-template <int D, int NB>
+// The accumulators of pv_mma_chunk_acc_at into the warp's N slice ns [kpart][d][RS] (V8: the v8
+// column map, row g of the m tile at column 16 mtile + 2g, row g + 8 at 16 mtile + 2g + 1).
+template <int D, int NB, bool V8 = false>
 __device__ __forceinline__ void pv_acc_store(float *ns, const float (&c)[NB][4], int RS, int warp,
                                              int lane) {
   constexpr int MT = D / 16;
   const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
   const int mg = lane >> 2, mt = lane & 3;
   float *nsl = ns + static_cast<size_t>(kpart) * D * RS;
+  // (Rows g and g + 8 of the m tile: columns 16 mtile + g / + g + 8, or V8's 2g / 2g + 1.)
+  const int d0 = 16 * mtile + (V8 ? 2 * mg : mg), dstep = V8 ? 1 : 8;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
-    float *c01 = nsl + (16 * mtile + mg) * RS + 8 * nb + 2 * mt;
+    float *c01 = nsl + d0 * RS + 8 * nb + 2 * mt;
     *reinterpret_cast<float2 *>(c01) = make_float2(c[nb][0], c[nb][1]);
-    *reinterpret_cast<float2 *>(c01 + 8 * RS) = make_float2(c[nb][2], c[nb][3]);
+    *reinterpret_cast<float2 *>(c01 + dstep * RS) = make_float2(c[nb][2], c[nb][3]);
   }
 }
 

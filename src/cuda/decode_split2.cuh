@@ -183,8 +183,8 @@ __device__ __forceinline__ const unsigned char *other_plane(const unsigned char 
 // as a 16-bit row and the same 16-byte pieces (D 128: piece c of row k at c ^ (k % 8), which
 // permutes pieces within each plane's eight; D 64: pv_vrow's padded rows). Plane B is zero in the
 // rows of live keys without a v-refine verdict (a + 0 / 8 = a: plane A's value exactly).
-// The lane's ldmatrix base for pv_mma_chunk_acc_v8: matrix q = lane / 8 is plane q / 2, keys
-// 8 (q % 2) .. of the warp's part, the m tile's 16 bytes (columns 16 mtile ..); as in the v8
+// The lane's ldmatrix base for pv_mma_chunk_acc_at's V8 form: matrix q = lane / 8 is plane q / 2,
+// keys 8 (q % 2) .. of the warp's part, the m tile's 16 bytes (columns 16 mtile ..); as in the v8
 // ring (decode_split_ring_kernel), lane (g, t) then holds keys 2t, 2t + 1 of columns 16 mtile +
 // 2g, + 2g + 1 of each. The row's XOR is lane % 8 (the part's first key and the 16-key steps are
 // multiples of 8).
@@ -197,51 +197,6 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
   const int piece = (lane >> 4) * (D / 16) + (split2_vswz(D) ? (mtile ^ (lane & 7)) : mtile);
   return hopper::smem_u32(sv) + static_cast<uint32_t>(key * VR + 16 * piece);
 }
-// pv_mma_chunk_acc_at for the v8 stage: per 16-key step one ldmatrix.x4.trans of both planes'
-// bytes, each plane widened exactly to bf16 (e4m3_fragment: plane B divided by 8), two mma per
-// row block (plane A, then plane B / 8) on the same bf16 weights. The accumulators' rows are
-// columns 16 mtile + 2g (c0, c1) and + 2g + 1 (c2, c3): pv_acc_store_v8.
-template <int D, int WROW, int NB>
-__device__ __forceinline__ void pv_mma_chunk_acc_v8(float (&c)[NB][4], uint32_t a_base,
-                                                    uint32_t b_base, int VR, uint64_t live_mask,
-                                                    int warp) {
-  constexpr int MT = D / 16, KP = pv_kparts(D);
-  static_assert(MT <= 8, "one m tile per warp");
-  const int kpart = MT >= 8 ? 0 : warp / MT;
-  const uint64_t mask = live_mask >> (kpart * (kChunk / KP));  // the warp's keys from bit 0
-#pragma unroll
-  for (int kk = 0; kk < kChunk / (16 * KP); ++kk) {
-    if (((mask >> (16 * kk)) & 0xffffull) == 0) continue;
-    uint32_t wd[4], a[4], a2[4];
-    ldsm_x4_trans(wd, a_base + static_cast<uint32_t>(16 * kk * VR));
-    e4m3_fragment<false>(wd[0], wd[1], a);  // plane A
-    e4m3_fragment<true>(wd[2], wd[3], a2);  // plane B / 8
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      uint32_t bw[2];
-      ldsm_x2(bw, b_base + static_cast<uint32_t>((8 * nb * WROW + 16 * kk) * 2));
-      mma_16<false>(c[nb], a, bw[0], bw[1]);
-      mma_16<false>(c[nb], a2, bw[0], bw[1]);
-    }
-  }
-}
-// pv_acc_store with the v8 column map: row g of the m tile is column 16 mtile + 2g, row g + 8
-// column 16 mtile + 2g + 1.
-template <int D, int NB>
-__device__ __forceinline__ void pv_acc_store_v8(float *ns, const float (&c)[NB][4], int RS,
-                                                int warp, int lane) {
-  constexpr int MT = D / 16;
-  const int kpart = MT >= 8 ? 0 : warp / MT, mtile = MT >= 8 ? warp : warp % MT;
-  const int mg = lane >> 2, mt = lane & 3;
-  float *nsl = ns + static_cast<size_t>(kpart) * D * RS;
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb) {
-    float *c0 = nsl + (16 * mtile + 2 * mg) * RS + 8 * nb + 2 * mt;
-    *reinterpret_cast<float2 *>(c0) = make_float2(c[nb][0], c[nb][1]);
-    *reinterpret_cast<float2 *>(c0 + RS) = make_float2(c[nb][2], c[nb][3]);
-  }
-}
-
 // WIDE (G 5-8, split2_plan): no exchange; every lane's row g of the 8-row block is a real row, and
 // each lane takes its two keys in both halves (four (row, key) pairs), so only the per-step
 // overhead is halved, not the scalar work. RB = 2 (G 9-16, WIDE only): two row blocks, rows g and
@@ -252,8 +207,8 @@ __device__ __forceinline__ void pv_acc_store_v8(float *ns, const float (&c)[NB][
 // per instance; the launcher picks the instance by dtype, split2_kernel). V8: V in two E4M3
 // planes (bf16 weight operands): plane A gathered for every live key, plane B only for the keys
 // with a v-refine verdict (split_item's rule: a coarse logit >= Z - v_refine_band for some row of
-// the group), the value product on the tensor cores (pv_mma_chunk_acc_v8), N times 2^v_exp at
-// the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
+// the group), the value product on the tensor cores (pv_mma_chunk_acc_at's V8 form), N times
+// 2^v_exp at the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
 template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false>
 __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
@@ -786,10 +741,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
       }
       const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
-      if constexpr (V8)
-        pv_mma_chunk_acc_v8<D, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
-      else
-        pv_mma_chunk_acc_at<D, F16, kWRow2>(acc, a_h, b_h, VR, live_mask, warp);
+      pv_mma_chunk_acc_at<D, F16, kWRow2, RB, V8>(acc, a_h, b_h, VR, live_mask, warp);
     }
     __syncthreads();
   }
@@ -815,10 +767,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
     page_mean[e] =
         div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
   }
-  if constexpr (V8)
-    pv_acc_store_v8<D, RB>(ns, acc, RS, warp, lane);
-  else
-    pv_acc_store<D, RB>(ns, acc, RS, warp, lane);
+  pv_acc_store<D, RB, V8>(ns, acc, RS, warp, lane);
   cnt = __reduce_add_sync(0xffffffffu, cnt);
   if (lane == 0) s_wcount[warp] = cnt;
   // V8: the v-refined count beside it, in the pointer table (free after the loop: its last reads
