@@ -184,6 +184,13 @@ __device__ __forceinline__ int64_t src_row(const AppendArgs &a, const fold_tenso
                        : i * t.token_stride + hk * t.head_stride;
 }
 
+// The v8 value exponent of (request b, KV head hk) as the kernels apply it: 0 while nothing
+// non-zero has been written (kVExpUnset).
+__device__ __forceinline__ int v8_exponent(const fold_kvcache_t &c, int b, int hk) {
+  const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
+  return x == kVExpUnset ? 0 : x;
+}
+
 // v8: the (request, KV head)'s exponent after the append; grows it (re-quantising the
 // request's stored planes, as commit_append does) when a new value would not fit.
 __global__ void __launch_bounds__(kThreads)
@@ -282,11 +289,7 @@ __global__ void __launch_bounds__(kThreads)
     s_hsc[tid] = idx >= 0 ? c.k_scale[key_row(c, b, hk, idx)] : 0;
   }
   uint16_t last_bits = 0;
-  int vexp = 0;
-  if (c.v8) {
-    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
-    vexp = x == kVExpUnset ? 0 : x;
-  }
+  const int vexp = c.v8 ? v8_exponent(c, b, hk) : 0;
   for (int32_t t = t0; t < t1; ++t) {
     const int32_t i = t - L;
     const int64_t r = key_row(c, b, hk, t);
@@ -928,10 +931,10 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
   return *reinterpret_cast<const uint32_t *>(&b);
 }
 
-// The v8 ring's A fragment of one plane (decode_split_ring_kernel): words w0 (keys 0-7) and w1
-// (keys 8-15) of ldmatrix.trans over byte rows, each holding bytes (key 2t, column 2g), (2t,
-// 2g + 1), (2t + 1, 2g), (2t + 1, 2g + 1): per word, the pair of column 2g (fragment row g) and
-// the pair of column 2g + 1 (row g + 8).
+// The v8 ring's A fragment of one plane (decode_split_ring_kernel, pv_mma_chunk_acc_at's V8): words
+// w0 (keys 0-7) and w1 (keys 8-15) of ldmatrix.trans over byte rows, each holding bytes (key 2t,
+// column 2g), (2t, 2g + 1), (2t + 1, 2g), (2t + 1, 2g + 1): per word, the pair of column 2g
+// (fragment row g) and the pair of column 2g + 1 (row g + 8).
 template <bool EIGHTH>
 __device__ __forceinline__ void e4m3_fragment(uint32_t w0, uint32_t w1, uint32_t (&a)[4]) {
   const uint32_t x0 = __byte_perm(w0, 0u, 0x3120u), x1 = __byte_perm(w1, 0u, 0x3120u);
@@ -950,6 +953,15 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+// A 16-key step of a v8 stage: one ldmatrix.x4.trans of both planes' bytes (matrices 0 / 1:
+// plane A, keys 0-7 / 8-15; 2 / 3: plane B), as the A fragments of plane A and of plane B / 8.
+__device__ __forceinline__ void ldsm_e4m3_planes(uint32_t addr, uint32_t (&a)[4],
+                                                 uint32_t (&a2)[4]) {
+  uint32_t wd[4];
+  ldsm_x4_trans(wd, addr);
+  e4m3_fragment<false>(wd[0], wd[1], a);  // plane A
+  e4m3_fragment<true>(wd[2], wd[3], a2);  // plane B / 8
 }
 
 // Two operand weights as one word (low half = the first key), in the cache's value format.
@@ -1077,10 +1089,7 @@ __device__ __forceinline__ void pv_mma_chunk_acc_at(float (&c)[NB][4], uint32_t 
     if (((mask >> (16 * kk)) & 0xffffull) == 0) continue;
     uint32_t a[4], a2[4];
     if constexpr (V8) {
-      uint32_t wd[4];
-      ldsm_x4_trans(wd, a_base + static_cast<uint32_t>(16 * kk * VR));
-      e4m3_fragment<false>(wd[0], wd[1], a);  // plane A
-      e4m3_fragment<true>(wd[2], wd[3], a2);  // plane B / 8
+      ldsm_e4m3_planes(a_base + static_cast<uint32_t>(16 * kk * VR), a, a2);
     } else {
       ldsm_x4_trans(a, a_base + static_cast<uint32_t>(16 * kk * VR));
     }
@@ -1461,12 +1470,9 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   const float e_max = dense || pass == 1 ? 0.0f : group_e_max(ws, row0, G);
   for (int e = tid; e < nsz; e += blockDim.x) ns[e] = 0.0f;
   for (int e = tid; e < kChunk * RS; e += blockDim.x) wt[e] = 0.0f;
-  int vexp = 0;
-  if (v8) {
-    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
-    vexp = x == kVExpUnset ? 0 : x;
+  const int vexp = v8 ? v8_exponent(c, b, hk) : 0;
+  if (v8)
     for (int i = tid; i < 256; i += blockDim.x) s_e4m3[i] = e4m3_to_float(static_cast<uint8_t>(i));
-  }
   const size_t vrow = VR;
 
   // The cache row of the chunk at j0 (its keys are consecutive rows), from the split's table
@@ -2362,10 +2368,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         if (!FULL && k0 >= nk) break;
         uint32_t a[4], a2[4];
         if (V8) {
-          uint32_t w[4];
-          ldsm_x4_trans(w, smem_u32(sv) + a_off8 + static_cast<uint32_t>(k0 * D));
-          e4m3_fragment<false>(w[0], w[1], a);  // plane A
-          e4m3_fragment<true>(w[2], w[3], a2);  // plane B / 8
+          ldsm_e4m3_planes(smem_u32(sv) + a_off8 + static_cast<uint32_t>(k0 * D), a, a2);
         } else {
           ldsm_x4_trans(a, smem_u32(sv) + a_off + static_cast<uint32_t>(k0 * 128));
         }
@@ -2423,11 +2426,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       // (The reference scales each value before its fma instead; at the range's edges, |N| near
       // 2^-126 or 2^128, the two can differ by more than a rounding: an overflow or subnormal
       // the reference's terms hit and this sum does not, or the reverse.)
-      float sx = 1.0f;
-      if (V8) {
-        const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
-        sx = exp2i(x == kVExpUnset ? 0 : x);
-      }
+      const float sx = V8 ? exp2i(v8_exponent(c, b, hk)) : 1.0f;
 #pragma unroll
       for (int nb = 0; nb < RBM; ++nb)
 #pragma unroll

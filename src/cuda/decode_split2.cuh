@@ -779,11 +779,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
   }
   // V8: N of the unscaled planes times 2^v_exp (as the v8 ring: exact while the product is a
   // normal float), before the cut pages' mass x mean V, which the page sums hold in real units.
-  [[maybe_unused]] float sx = 1.0f;
-  if constexpr (V8) {
-    const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
-    sx = exp2i(x == kVExpUnset ? 0 : x);
-  }
+  [[maybe_unused]] const float sx = V8 ? exp2i(v8_exponent(c, b, hk)) : 1.0f;
   __syncthreads();
   // The split's partial, as split_item's (the same products and sums in the same page order).
   const int64_t row0_end = s_row0;
