@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,28 +92,47 @@ def _require_dtype(x: torch.Tensor, name: str, fn: str) -> None:
         )
 
 
-def check_softmax_scale(softmax_scale, head_dim: int, fn: str) -> float:
-    """The scale as a float32-exact Python float; default 1/sqrt(head_dim)."""
+def float32_scale(value: float, fn: str) -> float:
+    """value rounded to float32 (as a Python float), refused unless finite and > 0 there.
+    Pure Python (struct), so that it also runs inside the custom ops' bodies, where
+    torch.compile hands over the concrete value of a scale it traced symbolically."""
+    try:
+        as_f32 = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:  # beyond float32's range: float32 would hold inf
+        as_f32 = math.inf
+    if not math.isfinite(as_f32) or as_f32 <= 0.0:
+        raise ValueError(
+            f"{fn}: softmax_scale={value!r} is not a finite positive float32 value"
+        )
+    return as_f32
+
+
+def check_softmax_scale(softmax_scale, head_dim, fn: str) -> float:
+    """The scale as a float32-exact Python float; default 1/sqrt(head_dim).
+
+    While torch.compile traces, the scale and head_dim may be symbolic (dynamic shapes, or a
+    float argument that changed between calls): their values are then not read here (no guard,
+    no tensor op), only the argument's type; the custom op that receives the scale checks it
+    and rounds it to float32 when the graph runs (training.py's _spec_of), which gives the
+    same float32 as here."""
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (numbers.Real, torch.SymFloat))
+    ):
+        raise TypeError(
+            f"{fn}: softmax_scale must be a float or None, got {type(softmax_scale).__name__}"
+        )
+    if torch.compiler.is_compiling():
+        return 1.0 / math.sqrt(head_dim) if softmax_scale is None else softmax_scale
     if softmax_scale is None:
         value = 1.0 / math.sqrt(head_dim)
     else:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-            raise TypeError(
-                f"{fn}: softmax_scale must be a float or None, got "
-                f"{type(softmax_scale).__name__}"
-            )
         try:
             value = float(softmax_scale)
         except OverflowError:
             raise ValueError(f"{fn}: softmax_scale={softmax_scale!r} is not a finite float") from None
         if not math.isfinite(value) or value <= 0.0:
             raise ValueError(f"{fn}: softmax_scale must be finite and > 0, got {value!r}")
-    as_f32 = torch.tensor(value, dtype=torch.float32).item()
-    if not math.isfinite(as_f32) or as_f32 <= 0.0:
-        raise ValueError(
-            f"{fn}: softmax_scale={value!r} is not a finite positive float32 value"
-        )
-    return as_f32
+    return float32_scale(value, fn)
 
 
 def check_cu_seqlens(cu_seqlens, total_tokens: int, device: torch.device, fn: str,

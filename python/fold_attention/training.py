@@ -15,7 +15,7 @@ import torch
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
 from ._device import require_cuda_kernels
-from ._validate import SUPPORTED_DTYPES, AttnSpec, require_flag, validate_attention
+from ._validate import SUPPORTED_DTYPES, AttnSpec, float32_scale, require_flag, validate_attention
 
 __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 
@@ -164,8 +164,11 @@ def _check_op_tensors(fn: str, q, k, v, cu_seqlens, out=None, dout=None, lse=Non
                              "(the layout fold_attention::fwd returns)")
 
 
-def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: float) -> AttnSpec:
-    """The AttnSpec of an already validated call, rebuilt from its tensors (no host sync)."""
+def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: float,
+             fn: str = "fold_attention") -> AttnSpec:
+    """The AttnSpec of an already validated call, rebuilt from its tensors (no host sync). The
+    scale is checked and rounded to float32 here too: under torch.compile a symbolic scale
+    reaches the op unchecked (check_softmax_scale)."""
     varlen = cu_seqlens is not None
     if varlen:
         batch, total = cu_seqlens.shape[0] - 1, q.shape[0]
@@ -176,7 +179,8 @@ def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: floa
     return AttnSpec(
         varlen=varlen, batch=int(batch), seqlen=int(seqlen), total_tokens=int(total),
         n_heads=int(q.shape[-2]), n_kv_heads=int(k.shape[-2]), head_dim=int(q.shape[-1]),
-        dtype=q.dtype, device=q.device, causal=bool(causal), softmax_scale=float(softmax_scale),
+        dtype=q.dtype, device=q.device, causal=bool(causal),
+        softmax_scale=float32_scale(float(softmax_scale), fn),
         cu_seqlens=None if cu_seqlens is None else cu_seqlens.contiguous(), cu_seqlens_host=cu_host,
     )
 
@@ -189,7 +193,7 @@ def _layout_for(device: torch.device):
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
             seqlen: int, causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::fwd", q, k, v, cu_seqlens)
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd")
     layout = _layout_for(spec.device)
     q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
     out, lse, _ = _forward(spec, q, k, v)
@@ -214,7 +218,7 @@ def _fwd_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if q.device.type != "cuda":
         raise ValueError("fold_attention::fwd_train: q must be a CUDA tensor (use "
                          "fold_attention::fwd on the CPU)")
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd_train")
     q, k, v = (_cuda_layout(x, spec.varlen) for x in (q, k, v))
     return _forward(spec, q, k, v, kv_bounds=True)
 
@@ -233,7 +237,7 @@ def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor
             causal: bool, softmax_scale: float, kv_bounds: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::bwd", q, k, v, cu_seqlens, out, dout, lse)
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::bwd")
     if kv_bounds is not None:
         want = (spec.batch, spec.n_kv_heads, BWD_BOUNDS)
         if (tuple(kv_bounds.shape) != want or kv_bounds.dtype != torch.float32

@@ -51,6 +51,74 @@ def test_compile_fullgraph_training_step_matches_eager_bitwise(backend):
         assert torch.equal(a, b)
 
 
+def test_compile_fullgraph_recompiles_for_new_scales_and_head_dims():
+    """A scale that changes between calls, or a head dim that does (the default scale then
+    follows it), makes dynamo trace them symbolically: the call must still work, with eager's
+    bits (the scale is checked and rounded to float32 by the op, as eagerly)."""
+    torch._dynamo.reset()
+
+    def step(q, k, v, scale):
+        return fold_attn_func(q, k, v, causal=True, softmax_scale=scale)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    q, k, v = _inputs(dtype=torch.float32, S=9, D=16)
+    for scale in (0.25, 0.3, 1.0 / 3.0):  # 1/3: not a float32 value, rounded like eager
+        eager = _loss_and_grads(step, q, k, v, scale)
+        got = _loss_and_grads(compiled, q, k, v, scale)
+        for a, b in zip(eager, got):
+            assert torch.equal(a, b)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for D in (16, 32, 8):
+        q, k, v = _inputs(dtype=torch.float32, S=9, D=D, seed=D)
+        eager = _loss_and_grads(step, q, k, v, None)
+        got = _loss_and_grads(compiled, q, k, v, None)
+        for a, b in zip(eager, got):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_compile_fullgraph_dynamic_true_matches_eager(varlen):
+    torch._dynamo.reset()
+    if varlen:
+        def step(q, k, v, cu):
+            return fold_attn_varlen_func(q, k, v, cu, causal=True)
+    else:
+        def step(q, k, v, scale):
+            return fold_attn_func(q, k, v, causal=True, softmax_scale=scale)
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True, backend="aot_eager")
+    for S in (6, 9, 14):
+        q, k, v = _inputs(dtype=torch.float32, S=S, D=16, seed=S)
+        if varlen:
+            q, k, v = (x[0] for x in (q, k, v))
+            arg = torch.tensor([0, S // 2, S], dtype=torch.int32)
+        else:
+            arg = 0.3
+        eager = _loss_and_grads(step, q, k, v, arg)
+        got = _loss_and_grads(compiled, q, k, v, arg)
+        for a, b in zip(eager, got):
+            assert torch.equal(a, b)
+
+
+def test_compile_with_a_symbolic_bad_scale_is_refused_when_it_runs():
+    """A scale traced symbolically is not read while tracing: the op refuses a bad value when the
+    graph runs (a float32 overflow, a negative scale), as the eager call does."""
+    torch._dynamo.reset()
+
+    def step(q, k, v, scale):
+        return fold_attn_func(q, k, v, softmax_scale=scale)
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True, backend="aot_eager")
+    q, k, v = _inputs(dtype=torch.float32, S=5, D=16)
+    compiled(q, k, v, 0.25)
+    for bad in (1e39, -0.5):
+        with pytest.raises(ValueError, match="softmax_scale"):
+            compiled(q, k, v, bad)
+        with pytest.raises(ValueError, match="softmax_scale"):
+            step(q, k, v, bad)
+
+
 def test_compile_fullgraph_varlen_with_max_seqlen():
     torch._dynamo.reset()
     q, k, v = (x[0] for x in _inputs(S=50))
