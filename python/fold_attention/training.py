@@ -171,6 +171,8 @@ def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: floa
     reaches the op unchecked (check_softmax_scale)."""
     varlen = cu_seqlens is not None
     if varlen:
+        if not 0 <= int(seqlen) <= 2**31 - 1:  # (the C ABI's int32: a larger one would wrap)
+            raise ValueError(f"{fn}: seqlen must be in [0, 2**31 - 1], got {seqlen}")
         batch, total = cu_seqlens.shape[0] - 1, q.shape[0]
         cu_host = cu_seqlens.contiguous() if cu_seqlens.device.type == "cpu" else None
     else:
@@ -306,8 +308,22 @@ def _train_forward(spec: AttnSpec, q, k, v) -> bool:
     return spec.n_heads == spec.n_kv_heads and spec.head_dim in KV_BOUNDS_HEAD_DIMS
 
 
+def _refuse_forward_ad(fn: str, *tensors) -> None:
+    """The ops have a backward only: under forward-mode AD (torch.func.jvp,
+    torch.autograd.forward_ad) their outputs would carry zero tangents, silently wrong."""
+    if torch.compiler.is_compiling():
+        return
+    for name, x in zip(("q", "k", "v"), tensors):
+        if torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
+            raise NotImplementedError(
+                f"{fn}: forward-mode AD (torch.func.jvp / torch.autograd.forward_ad) is not "
+                f"supported: {name} carries a tangent, and the attention has a backward only"
+            )
+
+
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     _require_backend(spec, fn)
+    _refuse_forward_ad(fn, q, k, v)
     op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
     out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
                   spec.causal, spec.softmax_scale)[:2]

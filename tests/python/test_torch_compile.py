@@ -191,6 +191,13 @@ def test_direct_op_calls_with_mismatched_tensors_are_refused():
     with pytest.raises(ValueError, match="lse must be float32"):  # the user-facing (B, H, S) view
         torch.ops.fold_attention.bwd(q, k, v, out, out, lse.view(4, 2, 40).permute(1, 0, 2),
                                      None, 40, True, scale)
+    cu = torch.tensor([0, 13, 40], dtype=torch.int32)
+    for seqlen in (2**40, -1):  # (the C ABI's int32 would wrap 2**40 to 0)
+        with pytest.raises(ValueError, match="seqlen must be in"):
+            torch.ops.fold_attention.fwd(q[0], k[0], v[0], cu, seqlen, True, scale)
+    for bad in (1e39, -1.0, float("nan")):  # a scale the Python API would refuse
+        with pytest.raises(ValueError, match="softmax_scale"):
+            torch.ops.fold_attention.fwd(q, k, v, None, 40, True, bad)
 
 
 def test_huge_logits_give_finite_gradients():

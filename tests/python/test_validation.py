@@ -212,3 +212,20 @@ def test_sparse_nested_and_overflowing_arguments_raise_the_documented_types():
         fa.fold_attn_func(q.to_sparse(), q, q)
     with pytest.raises(ValueError, match="softmax_scale"):
         fa.fold_attn_func(q, q, q, softmax_scale=10**400)
+
+
+def test_forward_mode_ad_is_refused():
+    """The ops have a backward only: a jvp would otherwise return zero tangents silently."""
+    q, k, v = dense()
+    with pytest.raises(NotImplementedError, match="forward-mode AD"):
+        torch.func.jvp(lambda a: fa.fold_attn_func(a, k, v), (q,), (torch.randn_like(q),))
+    with pytest.raises(NotImplementedError, match="v carries a tangent"):
+        torch.func.jvp(lambda c: fa.fold_attn_func(q, k, c), (v,), (torch.randn_like(v),))
+    qp, kp, vp = packed()
+    cu = torch.tensor([0, 3, T], dtype=torch.int32)
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        dual = fwad.make_dual(kp, torch.randn_like(kp))
+        with pytest.raises(NotImplementedError, match="k carries a tangent"):
+            fa.fold_attn_varlen_func(qp, dual, vp, cu)
