@@ -10,10 +10,12 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
 - padding-free packed batches (``DataCollatorWithFlattening``): the ``cu_seq_lens_q``
   keyword transformers passes, or position ids that restart at 0, become ``cu_seqlens``;
 - a 2-D padding mask: the real tokens are gathered into a packed batch and scattered back.
-Attention dropout, sliding windows, soft-capping and sinks are not supported and raise.
+Attention dropout, sliding windows, soft-capping and sinks are not supported and raise, as
+does a padding mask on cross-attention (the mask is the keys', the queries are other tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
-then attends each new token with fold_attn_with_kvcache.
+then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts
+of causal decoders (a padding mask with them raises).
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (B, S, H, D)
     caches = kwargs.get("fold_caches")
     if caches is not None:
+        # The caches hold each request's tokens from position 0 and attend causally: a padding
+        # mask (left padding, holes) or a bidirectional module would be ignored, silently.
+        if attention_mask is not None:
+            raise NotImplementedError(
+                "attn_implementation='fold' with fold_caches: padded batches are not supported "
+                "(every row's prompt must be all real tokens; the padding mask would be ignored)"
+            )
+        if not causal:
+            raise NotImplementedError(
+                "attn_implementation='fold' with fold_caches: only causal (decoder) attention "
+                "goes through FoldKVCache"
+            )
         return caches.attend(module, q, k, v, scaling), None
     batch, q_len = q.shape[0], q.shape[1]
     if k.shape[1] != q_len:
@@ -105,7 +119,15 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
     if attention_mask is None:
         return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling), None
 
-    # Padding: gather the real tokens of each row into a packed batch, then scatter back.
+    # Padding: gather the real tokens of each row into a packed batch, then scatter back. That
+    # packs the queries by the keys' mask: right for self-attention only. A decoder's
+    # non-causal attention (Bart / T5 / Whisper style) or a module marked as cross-attention
+    # (BERT style) attends other tokens, whose mask says nothing about its queries.
+    if getattr(module, "is_cross_attention", False) or (getattr(module, "is_decoder", False) and not causal):
+        raise NotImplementedError(
+            "attn_implementation='fold': a padding mask on cross-attention is not supported "
+            "(the mask is the keys'; fold packs queries and keys by the same offsets)"
+        )
     mask = attention_mask.bool()
     if mask.dim() != 2 or tuple(mask.shape) != (batch, q_len):
         raise ValueError(
@@ -207,6 +229,11 @@ def generate(model, input_ids, max_new_tokens, depth=16, v8=False, forced=None, 
         if tuple(forced.shape) != want:
             raise ValueError(f"{fn}: forced must have shape (batch, max_new_tokens) = {want}, "
                              f"got {tuple(forced.shape)}")
+        if forced.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{fn}: forced must hold token ids (int64 or int32), got {forced.dtype}")
+        vocab = getattr(model.config, "vocab_size", None)
+        if forced.numel() and (int(forced.min()) < 0 or (vocab is not None and int(forced.max()) >= vocab)):
+            raise ValueError(f"{fn}: forced holds token ids outside [0, vocab_size = {vocab})")
     register()
     previous = model.config._attn_implementation
     model.config._attn_implementation = NAME

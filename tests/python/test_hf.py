@@ -202,6 +202,8 @@ def test_generation_through_fold_kv_cache_matches_recomputation():
         ("empty_prompt", ValueError, "input_ids"),
         ("float_ids", TypeError, "input_ids"),
         ("forced_shape", ValueError, "forced"),
+        ("forced_float", TypeError, "forced"),
+        ("forced_range", ValueError, "forced"),
     ],
 )
 def test_generate_argument_errors(case, exc, arg):
@@ -221,11 +223,65 @@ def test_generate_argument_errors(case, exc, arg):
         ids = ids.float()
     elif case == "forced_shape":
         forced = torch.zeros(2, 2, dtype=torch.int64)
+    elif case == "forced_float":
+        forced = torch.zeros(2, 4)
+    elif case == "forced_range":
+        forced = torch.full((2, 4), 97, dtype=torch.int64)  # vocab_size is 97
     previous = model.config._attn_implementation
     with pytest.raises(exc) as info:
         fold_hf.generate(model, ids, n, forced=forced)
     assert arg in str(info.value), str(info.value)
     assert model.config._attn_implementation == previous
+
+
+def _bart(impl):
+    cfg = transformers.BartConfig(
+        vocab_size=97, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(cfg).float().eval()
+    model.config._attn_implementation = impl
+    return model
+
+
+def test_cross_attention_with_a_padding_mask_is_refused():
+    """The padding branch packs queries by the keys' mask, which is only right for
+    self-attention: a padded encoder under a decoder's cross-attention must raise, not give
+    zeros for the decoder rows that sit at the encoder's padded positions."""
+    torch.manual_seed(1)
+    src, tgt = torch.randint(3, 97, (2, 10)), torch.randint(3, 97, (2, 10))
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 6:] = 0
+    model = _bart(fold_hf.NAME)
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="cross-attention"):
+        model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt)
+    # Without padding the same model runs, and matches SDPA (cross-attention of equal lengths).
+    with torch.no_grad():
+        out = model(input_ids=src, decoder_input_ids=tgt).logits
+        model.config._attn_implementation = "sdpa"
+        ref = model(input_ids=src, decoder_input_ids=tgt).logits
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4)
+    # The encoder alone (bidirectional self-attention) takes the padding mask.
+    model.config._attn_implementation = fold_hf.NAME
+    with torch.no_grad():
+        enc = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+        model.config._attn_implementation = "sdpa"
+        enc_ref = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+    assert torch.allclose(enc[mask.bool()], enc_ref[mask.bool()], atol=1e-5, rtol=1e-4)
+
+
+def test_fold_caches_refuse_a_padding_mask():
+    """FoldLayerCaches store each row from position 0 and attend causally: a padding mask
+    would be ignored (padding tokens written and attended), so it must raise."""
+    model = _model(fold_hf.NAME, seed=3, hidden=256)
+    ids = torch.randint(0, 97, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, :4] = 0
+    caches = fold_hf.FoldLayerCaches(model.config, 2, 32, depth=None)
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="padded batches"):
+        model(ids, attention_mask=mask, use_cache=False, fold_caches=caches)
 
 
 def _gpu_or_skip():
