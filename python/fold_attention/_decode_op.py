@@ -171,6 +171,56 @@ def decode_step_into(
     stats.copy_(torch.tensor(counters, dtype=torch.int64))
 
 
+def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                        heavy_keys, page_table, lengths, workspace, stats) -> None:
+    """fold_attention::decode_step's tensors against the cache's buffers: shapes, dtypes,
+    devices and layouts (a q or k_step that does not match the cache would make the step read
+    or write past the buffers). Raises ValueError / TypeError naming the argument."""
+    fn = "fold_attention::decode_step"
+    for name, t in (("q", q), ("k_a", k_a), ("k_b", k_b), ("k_scale", k_scale), ("v_exp", v_exp),
+                    ("v_page_sum", v_page_sum), ("heavy_keys", heavy_keys), ("page_table", page_table),
+                    ("lengths", lengths), ("workspace", workspace), ("stats", stats)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if k_a.dim() != 4 or page_table.dim() != 2 or lengths.dim() != 1:
+        raise ValueError(f"{fn}: k_a, page_table and lengths must be the cache's buffers "
+                         "(FoldKVCache._step_buffers())")
+    batch, n_kv_heads, D = page_table.shape[0], k_a.shape[1], k_a.shape[3]
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"{fn}: q must be bfloat16 or float16, got {q.dtype}")
+    if v is not None and v.dtype != q.dtype:
+        raise TypeError(f"{fn}: q has dtype {q.dtype} but the cache holds {v.dtype}")
+    if q.dim() != 3 or q.shape[0] != batch or q.shape[2] != D or q.shape[1] % n_kv_heads != 0:
+        raise ValueError(f"{fn}: q must have shape (batch = {batch}, a multiple of {n_kv_heads} "
+                         f"heads, head_dim = {D}), got {tuple(q.shape)}")
+    if (k_step is None) != (v_step is None):
+        raise ValueError(f"{fn}: pass both k_step and v_step, or neither")
+    tensors = [("q", q)]
+    for name, t in (("k_step", k_step), ("v_step", v_step)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}")
+        if tuple(t.shape) != (batch, n_kv_heads, D):
+            raise ValueError(f"{fn}: {name} must have shape {(batch, n_kv_heads, D)}, got {tuple(t.shape)}")
+        tensors.append((name, t))
+    for name, t in tensors:
+        if not t.is_contiguous():
+            raise ValueError(f"{fn}: {name} must be contiguous")
+    if tuple(lengths.shape) != (batch,) or lengths.dtype != torch.int32:
+        raise ValueError(f"{fn}: lengths must be int32 of shape ({batch},)")
+    if stats.dtype != torch.int64 or stats.numel() < STATS_COUNTERS:
+        raise ValueError(f"{fn}: stats must be int64 with >= {STATS_COUNTERS} elements")
+    buffers = [("k_a", k_a), ("k_b", k_b), ("k_scale", k_scale), ("v", v), ("v_a", v_a), ("v_b", v_b),
+               ("v_exp", v_exp), ("v_page_sum", v_page_sum), ("heavy_keys", heavy_keys),
+               ("page_table", page_table), ("lengths", lengths), ("workspace", workspace), ("stats", stats)]
+    for name, t in tensors + buffers:
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
+
+
 def decode_step_impl(
     q: torch.Tensor,
     k_step: Optional[torch.Tensor],
@@ -197,7 +247,11 @@ def decode_step_impl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """decode_step_into, into new out / LSE tensors, returned: the op's implementation.
     torch.compile traces decode_step_op; eager steps call decode_step_new (the same work, with
-    the cache's own descriptor) without the op's dispatch."""
+    the cache's own descriptor) without the op's dispatch. The step's tensors are checked
+    against the cache's buffers first (metadata only: nothing is read from the device), since
+    the kernels and the C reference take their sizes from q's shape and the buffers'."""
+    _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
+                        heavy_keys, page_table, lengths, workspace, stats)
     return decode_step_new(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
                            heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
                            softmax_scale, depth, refine_band, v_refine_band)

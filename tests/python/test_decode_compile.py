@@ -50,6 +50,55 @@ def test_decode_step_op_passes_opcheck():
                           test_utils=("test_schema", "test_faketensor"))
 
 
+@pytest.mark.parametrize(
+    "case,exc,arg",
+    [
+        ("q_head_dim", ValueError, "q must have shape"),
+        ("q_batch", ValueError, "q must have shape"),
+        ("q_heads", ValueError, "q must have shape"),
+        ("q_dtype", TypeError, "q has dtype"),
+        ("q_float32", TypeError, "q must be bfloat16"),
+        ("q_strided", ValueError, "q must be contiguous"),
+        ("k_batch", ValueError, "k_step must have shape"),
+        ("v_dtype", TypeError, "v_step has dtype"),
+        ("k_only", ValueError, "both k_step and v_step"),
+        ("k_strided", ValueError, "k_step must be contiguous"),
+    ],
+)
+def test_decode_step_op_checks_its_tensors_against_the_cache(case, exc, arg):
+    """A direct call of the op (or a compiled step) takes its sizes from q's shape and the
+    buffers': a q or k_step that does not match the cache must be refused, not read or write
+    past the buffers (a head dim 128 q on a head dim 64 cache overwrote the heap)."""
+    (c,) = _caches("cpu", n=1)
+    q, k, v = _steps(3, 8, 2, 64, 1, "cpu")[0]
+    if case == "q_head_dim":
+        q = torch.randn(3, 8, 128).bfloat16()
+    elif case == "q_batch":
+        q = torch.randn(64, 8, 64).bfloat16()
+    elif case == "q_heads":
+        q = torch.randn(3, 7, 64).bfloat16()
+    elif case == "q_dtype":
+        q = q.half()
+    elif case == "q_float32":
+        q, k, v = q.float(), k.float(), v.float()
+    elif case == "q_strided":
+        q = torch.randn(3, 64, 8).bfloat16().transpose(1, 2)
+    elif case == "k_batch":
+        k = k[:1]
+    elif case == "v_dtype":
+        v = v.half()
+    elif case == "k_only":
+        v = None
+    elif case == "k_strided":
+        k = torch.randn(3, 64, 2).bfloat16().transpose(1, 2)
+    before = [t.clone() for t in c._step_buffers()[:13] if isinstance(t, torch.Tensor)]
+    with pytest.raises(exc, match=arg):
+        torch.ops.fold_attention.decode_step(q, k, v, *c._step_buffers())
+    after = [t for t in c._step_buffers()[:13] if isinstance(t, torch.Tensor)]
+    for x, y in zip(before, after):
+        assert torch.equal(x, y)  # refused before anything was written
+
+
 def _compiled_matches_eager(device, depth, v8, backend):
     torch._dynamo.reset()
     eager, compiled = _caches(device, depth=depth, v8=v8)
