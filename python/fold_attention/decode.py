@@ -43,6 +43,7 @@ _CACHE_DTYPES = (torch.bfloat16, torch.float16)
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _E4M3_MAX = 448.0
+_FLOAT32_MAX = 3.4028234663852886e38
 DEFAULT_REFINE_BAND = 8.0
 V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
 
@@ -384,10 +385,25 @@ class FoldKVCache:
         return x.contiguous()
 
     def _check_values(self, k: torch.Tensor, v: torch.Tensor, fn: str, kn="k", vn="v") -> None:
+        """Everything an append refuses, checked before any byte of the cache changes (so a
+        prefill, which releases its slots first, cannot fail halfway): non-finite keys and
+        values, keys whose Hadamard rotation overflows float32, V beyond a fixed v_scale."""
         if not bool(torch.isfinite(k).all()):
             raise ValueError(f"{fn}: {kn} holds a non-finite value")
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"{fn}: {vn} holds a non-finite value")
+        if k.numel() and float(k.abs().max()) * self.head_dim > _FLOAT32_MAX:
+            # The cache writers sum D values per rotated element (unnormalised butterflies in
+            # float32): only keys this large can overflow. The same butterflies, exactly.
+            y = k.reshape(-1, self.head_dim).float()
+            h = 1
+            while h < self.head_dim:
+                y = y.view(y.shape[0], -1, 2, h)
+                y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
+                y = y.reshape(y.shape[0], self.head_dim)
+                h *= 2
+            if not bool(torch.isfinite(y).all()):
+                raise ValueError(f"{fn}: {kn} is too large: its Hadamard rotation overflows float32")
         if self.v_scale is not None and v.numel():
             amax = float(v.float().abs().max())
             if amax > _E4M3_MAX * self.v_scale:
@@ -457,8 +473,11 @@ class FoldKVCache:
                 raise ValueError(
                     f"{fn}: cu_seqlens gives request {b} {n} tokens, beyond max_len {self.max_len}"
                 )
-        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
+        # Every check before the slots are released: a failed prefill leaves the cache as it was.
         self._check_values(k, v, fn)
+        if not bool(torch.isfinite(q).all()):
+            raise ValueError(f"{fn}: q holds a non-finite value")
+        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
         for b in range(self.batch):
             if int(self.lengths[b]) >= 0:
                 self.release(b)
@@ -483,6 +502,8 @@ class FoldKVCache:
         if q.shape[0] > self.max_len:
             raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
         self._check_values(k, v, fn)
+        if not bool(torch.isfinite(q).all()):
+            raise ValueError(f"{fn}: q holds a non-finite value")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
         self._append(b, k, v, fn)

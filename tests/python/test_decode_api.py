@@ -300,6 +300,60 @@ def test_cache_operation_errors():
         cache.prefill_request(b, q[:2], k[:2], k[:2])
 
 
+@pytest.mark.parametrize("case", ["huge_key", "nan_q", "inf_v"])
+def test_failed_prefill_leaves_the_cache_as_it_was(case):
+    """prefill releases its slots and appends: every check must come first, so that an input
+    the writers refuse (a finite key whose rotation overflows float32, a non-finite q or v)
+    leaves the old requests in place."""
+    cache = fa.FoldKVCache(2, 4, 2, 64, 128, page_size=64)
+    b = cache.add_request()
+    old_k = torch.randn(40, 2, 64).bfloat16()
+    cache.extend(b, old_k, old_k)
+    before = {n: getattr(cache, n).clone() for n in ("k_a", "k_b", "k_scale", "v", "lengths", "page_table")}
+    q, k, v = torch.randn(20, 4, 64).bfloat16(), torch.randn(20, 2, 64).bfloat16(), torch.randn(20, 2, 64).bfloat16()
+    if case == "huge_key":
+        k[15] = 3e38  # finite in bf16; the unnormalised rotation sums 64 of them
+        match = "k is too large"
+    elif case == "nan_q":
+        q[3, 1, 7] = float("nan")
+        match = "q holds a non-finite value"
+    else:
+        v[12, 0, 0] = float("inf")
+        match = "v holds a non-finite value"
+    with pytest.raises(ValueError, match=match):
+        cache.prefill(q, k, v, torch.tensor([0, 10, 20], dtype=torch.int32))
+    for name, x in before.items():
+        assert torch.equal(getattr(cache, name), x), name
+    if case == "nan_q":
+        with pytest.raises(ValueError, match=match):
+            cache.prefill_request(cache.add_request(), q[:5], k[:5], v[:5])
+
+
+def test_rotation_overflow_check_matches_the_writers():
+    """The Python test of a key's rotation (done before any write) gives the C writer's own
+    verdict (plan_append, reached directly through _append) on keys near the overflow."""
+    for D in (64, 128, 256):
+        for scale in (3.4e38 / D * 0.99, 3.4e38 / D * 1.01, 1e37, 3e38):
+            for alternate in (False, True):
+                k = torch.full((1, 2, D), scale).bfloat16()
+                if alternate:
+                    k[0, :, 1::2] *= -1  # the sums cancel in all but one output per stage
+                verdicts = []
+                for check in ("python", "c"):
+                    cache = fa.FoldKVCache(1, 2, 2, D, 64, page_size=64)
+                    b = cache.add_request()
+                    try:
+                        if check == "python":
+                            cache._check_values(k, k, "t")
+                        else:
+                            cache._append(b, k.contiguous(), k.contiguous(), "t")
+                        verdicts.append(True)
+                    except ValueError as e:
+                        assert "too large" in str(e)
+                        verdicts.append(False)
+                assert verdicts[0] == verdicts[1], (D, scale, alternate, verdicts)
+
+
 def test_depth_is_kept_as_the_float32_the_library_reads():
     assert _cache(depth=12.3).depth == torch.tensor(12.3, dtype=torch.float32).item()
     assert _cache(refine_band=1e-300).refine_band == 0.0  # (>= 0: zero is a valid band)
