@@ -129,6 +129,12 @@ class FoldKVCache:
             added; the stats show every key live), on the CPU reference and the GPU alike.
             FOLD_DECODE_SCREEN=1 in the environment keeps the screen at every shape.
         v8: store V as two E4M3 planes with a power-of-two scale per (request, KV head).
+            The scale follows the largest |v| of the (request, KV head) (E4M3's maximum is
+            448), and E4M3's range below it is short: values more than ~2^14 below that
+            maximum reach E4M3's subnormals and lose precision, those below ~2^-18 of it are
+            stored as 0 (CPU, depth None: one value 2^16 / 2^20 above the rest gave a relative
+            error of 8e-3 / 0.39 against bf16 V's 1.6e-3). Use bf16 / fp16 V for values of
+            such a spread.
         page_size: tokens per page, a positive multiple of 64. Default 256: measured on the
             H200 against 64, 128 and 512 (same keys, graphed, interleaved), the screened
             split (a finite depth) is 1.4-2.6% faster with 256-token pages than with 128
@@ -232,21 +238,35 @@ class FoldKVCache:
             raise ValueError(f"{fn}: batch * ceil(max_len / page_size) exceeds int32 pages")
         P, Hk, S, D = self.num_pages, self.n_kv_heads, self.page_size, self.head_dim
         dev = self.device
-        self.k_a = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
-        self.k_b = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
-        self.k_scale = torch.zeros((P, Hk, S), dtype=torch.bfloat16, device=dev)
-        if self.v8:
-            self.v = None
-            self.v_a = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
-            self.v_b = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
-        else:
-            self.v = torch.zeros((P, Hk, S, D), dtype=dtype, device=dev)
-            self.v_a = self.v_b = None
-        self.v_exp = torch.full((self.batch, Hk), self._initial_v_exp(), dtype=torch.int32, device=dev)
-        self.v_page_sum = torch.zeros((P, Hk, D), dtype=torch.float32, device=dev)
-        self.heavy_keys = torch.full((self.batch, Hk, HEAVY_KEYS), -1, dtype=torch.int32, device=dev)
-        self.page_table = torch.full((self.batch, self.pages_per_request), -1, dtype=torch.int32, device=dev)
-        self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
+        # The buffers are ordinary tensors even when the cache is built under
+        # torch.inference_mode() (inference tensors could not be updated outside it later), and
+        # a pool too large to allocate is refused naming its sizes, not with the allocator's
+        # bare error.
+        pool = P * Hk * S * (4 * D + 2) + P * Hk * D * 4
+        try:
+            with torch.inference_mode(False):
+                self.k_a = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
+                self.k_b = torch.zeros((P, Hk, S, D), dtype=torch.int8, device=dev)
+                self.k_scale = torch.zeros((P, Hk, S), dtype=torch.bfloat16, device=dev)
+                if self.v8:
+                    self.v = None
+                    self.v_a = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
+                    self.v_b = torch.zeros((P, Hk, S, D), dtype=torch.uint8, device=dev)
+                else:
+                    self.v = torch.zeros((P, Hk, S, D), dtype=dtype, device=dev)
+                    self.v_a = self.v_b = None
+                self.v_exp = torch.full((self.batch, Hk), self._initial_v_exp(), dtype=torch.int32, device=dev)
+                self.v_page_sum = torch.zeros((P, Hk, D), dtype=torch.float32, device=dev)
+                self.heavy_keys = torch.full((self.batch, Hk, HEAVY_KEYS), -1, dtype=torch.int32, device=dev)
+                self.page_table = torch.full((self.batch, self.pages_per_request), -1, dtype=torch.int32, device=dev)
+                self.lengths = torch.full((self.batch,), -1, dtype=torch.int32, device=dev)
+        except (RuntimeError, MemoryError) as e:
+            if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
+                raise
+            raise ValueError(
+                f"{fn}: the cache's pool ({pool / 2**30:.1f} GiB for batch {self.batch} x max_len "
+                f"{self.max_len} x n_kv_heads {Hk} x head_dim {D}) could not be allocated on {dev}"
+            ) from e
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
         self._pages_host = [[-1] * self.pages_per_request for _ in range(self.batch)]
@@ -256,12 +276,13 @@ class FoldKVCache:
         self._stats_pending = False
         # The step's workspace (CUDA) and counters, made once, so that every step (and a
         # captured graph, or a compiled step) uses the same buffers.
-        self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
-        if self.is_cuda:
-            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
-            self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
-        else:
-            self._workspace = torch.empty(0, dtype=torch.uint8)
+        with torch.inference_mode(False):
+            self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
+            if self.is_cuda:
+                size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
+                self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
+            else:
+                self._workspace = torch.empty(0, dtype=torch.uint8)
 
     # ---- bookkeeping -----------------------------------------------------------------
 

@@ -354,6 +354,25 @@ def test_rotation_overflow_check_matches_the_writers():
                 assert verdicts[0] == verdicts[1], (D, scale, alternate, verdicts)
 
 
+def test_cache_built_under_inference_mode_works_outside_it():
+    with torch.inference_mode():
+        cache = fa.FoldKVCache(2, 4, 2, 64, 128, page_size=64)
+    b = cache.add_request()
+    kv = torch.randn(10, 2, 64).bfloat16()
+    cache.extend(b, kv, kv)
+    q, k = torch.randn(2, 4, 64).bfloat16(), torch.randn(2, 2, 64).bfloat16()
+    out = fa.fold_attn_with_kvcache(q, cache, k, k)
+    assert torch.isfinite(out).all() and cache.lengths.tolist() == [11, -1]
+    assert cache.stats()["keys"] == 2 * 11
+
+
+def test_a_pool_too_large_to_allocate_is_refused_naming_its_sizes():
+    # 2**20 requests of 2**20 tokens: ~280 TB, beyond any machine and a process's address space.
+    with pytest.raises(ValueError, match="could not be allocated") as info:
+        fa.FoldKVCache(2**20, 1, 1, 64, 2**20, page_size=2**20)
+    assert "max_len 1048576" in str(info.value)
+
+
 def test_depth_is_kept_as_the_float32_the_library_reads():
     assert _cache(depth=12.3).depth == torch.tensor(12.3, dtype=torch.float32).item()
     assert _cache(refine_band=1e-300).refine_band == 0.0  # (>= 0: zero is a valid band)
