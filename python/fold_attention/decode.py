@@ -43,7 +43,6 @@ _CACHE_DTYPES = (torch.bfloat16, torch.float16)
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _E4M3_MAX = 448.0
-_FLOAT32_MAX = 3.4028234663852886e38
 DEFAULT_REFINE_BAND = 8.0
 V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
 
@@ -263,7 +262,10 @@ class FoldKVCache:
         except (RuntimeError, MemoryError) as e:
             if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
                 raise
-            raise ValueError(
+            # The same kind of error (out-of-memory handlers, e.g. ones that retry smaller, look
+            # for it), saying which sizes asked for the memory.
+            kind = torch.OutOfMemoryError if isinstance(e, torch.OutOfMemoryError) else MemoryError
+            raise kind(
                 f"{fn}: the cache's pool ({pool / 2**30:.1f} GiB for batch {self.batch} x max_len "
                 f"{self.max_len} x n_kv_heads {Hk} x head_dim {D}) could not be allocated on {dev}"
             ) from e
@@ -405,26 +407,40 @@ class FoldKVCache:
             raise ValueError(f"{fn}: {name} has {x.shape[0]} tokens, expected {tokens}")
         return x.contiguous()
 
+    def _check_keys(self, k: torch.Tensor, fn: str, kn="k") -> None:
+        """Keys an append refuses: non-finite ones, and ones whose Hadamard rotation overflows
+        float32 (the cache writers sum D values per rotated element, unnormalised, in float32).
+        One reduction, as a finiteness test alone: fp16 keys (|k| <= 65504) can never overflow,
+        and bf16 keys within FLT_MAX / D cannot; only beyond that the exact butterflies run."""
+        if not k.numel():
+            return
+        if self.dtype == torch.float16:
+            if not bool(torch.isfinite(k).all()):
+                raise ValueError(f"{fn}: {kn} holds a non-finite value")
+            return
+        # 2^(127 - log2 D) <= FLT_MAX / D: a power of two, exact in bf16 (a bf16 rounding of
+        # FLT_MAX / D could lie above it).
+        if bool((k.abs() < 2.0 ** (128 - self.head_dim.bit_length())).all()):  # (NaN, inf: False)
+            return
+        if not bool(torch.isfinite(k).all()):
+            raise ValueError(f"{fn}: {kn} holds a non-finite value")
+        y = k.reshape(-1, self.head_dim).float()
+        h = 1
+        while h < self.head_dim:  # the writers' butterflies (planes.h hadamard_unnormalised)
+            y = y.view(y.shape[0], -1, 2, h)
+            y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
+            y = y.reshape(y.shape[0], self.head_dim)
+            h *= 2
+        if not bool(torch.isfinite(y).all()):
+            raise ValueError(f"{fn}: {kn} is too large: its Hadamard rotation overflows float32")
+
     def _check_values(self, k: torch.Tensor, v: torch.Tensor, fn: str, kn="k", vn="v") -> None:
         """Everything an append refuses, checked before any byte of the cache changes (so a
         prefill, which releases its slots first, cannot fail halfway): non-finite keys and
         values, keys whose Hadamard rotation overflows float32, V beyond a fixed v_scale."""
-        if not bool(torch.isfinite(k).all()):
-            raise ValueError(f"{fn}: {kn} holds a non-finite value")
+        self._check_keys(k, fn, kn)
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"{fn}: {vn} holds a non-finite value")
-        if k.numel() and float(k.abs().max()) * self.head_dim > _FLOAT32_MAX:
-            # The cache writers sum D values per rotated element (unnormalised butterflies in
-            # float32): only keys this large can overflow. The same butterflies, exactly.
-            y = k.reshape(-1, self.head_dim).float()
-            h = 1
-            while h < self.head_dim:
-                y = y.view(y.shape[0], -1, 2, h)
-                y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
-                y = y.reshape(y.shape[0], self.head_dim)
-                h *= 2
-            if not bool(torch.isfinite(y).all()):
-                raise ValueError(f"{fn}: {kn} is too large: its Hadamard rotation overflows float32")
         if self.v_scale is not None and v.numel():
             amax = float(v.float().abs().max())
             if amax > _E4M3_MAX * self.v_scale:
@@ -711,6 +727,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 if not bool(torch.isfinite(flat).all()):
                     bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
                     raise ValueError(f"{fn}: {bad} holds a non-finite value")
+            if ka is not None and cache.is_cuda:  # (the C reference tests the rotation itself)
+                cache._check_keys(ka, fn, "k_step")
         if k is not None:
             if cache.v_scale is not None:
                 cache._check_values(ka, va, fn, "k_step", "v_step")

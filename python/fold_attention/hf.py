@@ -68,6 +68,19 @@ def _cu_from_position_ids(position_ids: torch.Tensor, device) -> torch.Tensor | 
     return torch.cat([starts, total]).to(device=device, dtype=torch.int32)
 
 
+def _may_be_cross_attention(module, causal: bool) -> bool:
+    """Whether a module may attend other tokens than its queries', so that a padding mask (the
+    keys') says nothing about its queries. transformers marks this in several ways: a flag
+    (BERT-style `is_cross_attention`, on the module or not at all), a decoder's non-causal
+    attention (Bart / T5 / Whisper: `is_decoder` and not causal), or only the class name
+    (BertCrossAttention and its copies, T5GemmaCrossAttention, MllamaTextCrossAttention, ...).
+    Causal attention is always self-attention here (the keys are the queries' own tokens)."""
+    if causal:
+        return False
+    return (bool(getattr(module, "is_cross_attention", False)) or bool(getattr(module, "is_decoder", False))
+            or "cross" in type(module).__name__.lower())
+
+
 def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                            sliding_window=None, softcap=None, is_causal=None, s_aux=None,
                            **kwargs):
@@ -120,13 +133,12 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
         return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling), None
 
     # Padding: gather the real tokens of each row into a packed batch, then scatter back. That
-    # packs the queries by the keys' mask: right for self-attention only. A decoder's
-    # non-causal attention (Bart / T5 / Whisper style) or a module marked as cross-attention
-    # (BERT style) attends other tokens, whose mask says nothing about its queries.
-    if getattr(module, "is_cross_attention", False) or (getattr(module, "is_decoder", False) and not causal):
+    # packs the queries by the keys' mask: right for self-attention only.
+    if _may_be_cross_attention(module, causal):
         raise NotImplementedError(
-            "attn_implementation='fold': a padding mask on cross-attention is not supported "
-            "(the mask is the keys'; fold packs queries and keys by the same offsets)"
+            "attn_implementation='fold': a padding mask on cross-attention (or on a decoder's "
+            "non-causal attention) is not supported (the mask is the keys'; fold packs queries "
+            "and keys by the same offsets)"
         )
     mask = attention_mask.bool()
     if mask.dim() != 2 or tuple(mask.shape) != (batch, q_len):

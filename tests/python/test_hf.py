@@ -272,6 +272,39 @@ def test_cross_attention_with_a_padding_mask_is_refused():
     assert torch.allclose(enc[mask.bool()], enc_ref[mask.bool()], atol=1e-5, rtol=1e-4)
 
 
+def test_bert_style_cross_attention_with_a_padding_mask_is_refused():
+    """BERT's cross-attention module carries no flag (is_causal False, no is_decoder, no
+    is_cross_attention): only its class says what it is. A BERT encoder with padding still runs,
+    and matches SDPA."""
+    cfg = transformers.BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, is_decoder=True, add_cross_attention=True,
+    )
+    torch.manual_seed(0)
+    model = transformers.BertModel(cfg).float().eval()
+    model.config._attn_implementation = fold_hf.NAME
+    ids, enc = torch.randint(3, 97, (2, 10)), torch.randn(2, 10, 32)
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 6:] = 0
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="cross-attention"):
+        model(input_ids=ids, encoder_hidden_states=enc, encoder_attention_mask=mask)
+    cfg_enc = transformers.BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    encoder = transformers.BertModel(cfg_enc).float().eval()
+    outs = {}
+    for impl in (fold_hf.NAME, "sdpa"):
+        encoder.config._attn_implementation = impl
+        with torch.no_grad():
+            outs[impl] = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert torch.allclose(outs[fold_hf.NAME][real], outs["sdpa"][real], atol=1e-5, rtol=1e-4)
+
+
 def test_fold_caches_refuse_a_padding_mask():
     """FoldLayerCaches store each row from position 0 and attend causally: a padding mask
     would be ignored (padding tokens written and attended), so it must raise."""
