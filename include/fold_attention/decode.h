@@ -92,7 +92,8 @@ FOLD_API fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int3
  * head_dim], batch_stride and head_stride used) to every active request (lengths >= 0).
  * Then attends q ([batch, n_heads, head_dim]) over each active request and writes out
  * (same layout; free slots get zeros) and, if lse != NULL, the natural-log LSE float32
- * [batch, n_heads] (-inf for free or empty slots). stats may be NULL. */
+ * [batch, n_heads] (-inf for free or empty slots). stats may be NULL. out and lse must not
+ * overlap each other, q, k_step, v_step or the cache (not checked). */
 FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
                                        const fold_decode_params_t *params, fold_tensor_t q,
                                        fold_tensor_t k_step, fold_tensor_t v_step,
@@ -123,7 +124,8 @@ FOLD_API fold_status_t fold_decode_cpu(const fold_kvcache_t *cache,
  * request is attended without the token, and counted here. */
 #define FOLD_DECODE_STAT_REJECTED 7
 
-/* Bytes of device workspace fold_decode_cuda needs for this cache and n_heads. */
+/* Bytes of device workspace fold_decode_cuda needs for this cache and n_heads; 0 (with
+ * fold_last_error set) for a cache or head count fold_decode_cuda would reject. */
 FOLD_API size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads);
 
 /* fold_kvcache_append_cpu on the device (the request must be active with room and pages

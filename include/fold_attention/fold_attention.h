@@ -66,7 +66,12 @@ typedef enum fold_dtype {
   FOLD_DTYPE_BF16 = 2
 } fold_dtype_t;
 
-/* A [*, heads, head_dim] view with a contiguous last dimension. Strides in elements. */
+/* A [*, heads, head_dim] view with a contiguous last dimension. Strides in elements; data aligned
+ * to the element size. Every entry point checks its views (and float arrays such as lse) for
+ * NULL, alignment and an extent that stays inside the address space, and that the arrays it
+ * writes do not overlap each other. An output must not overlap any input either: that is not
+ * checked (the inputs may legitimately share storage with each other), and an output written
+ * over an input gives undefined results. */
 typedef struct fold_tensor {
   void *data;
   int64_t batch_stride; /* dense only: elements between consecutive requests     */

@@ -282,6 +282,8 @@ class FoldKVCache:
             self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
             if self.is_cuda:
                 size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
+                if size == 0:
+                    raise ValueError(f"{fn}: {_lib.last_error()}")
                 self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
             else:
                 self._workspace = torch.empty(0, dtype=torch.uint8)

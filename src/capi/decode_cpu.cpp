@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "decode/decode_plan.h"
+#include "decode/v8_planes.h"
 #include "fold_attention/decode.h"
 
 namespace fold::cpu {
@@ -44,6 +45,43 @@ void check_cache(const fold_kvcache_t *c) {
     if (c->lengths[b] < -1 || c->lengths[b] > c->max_len)
       fail("cache->lengths[" + std::to_string(b) + "] = " + std::to_string(c->lengths[b]) +
            " is outside [-1, max_len]");
+  if (c->v_exp_fixed != 0 && c->v_exp_fixed != 1) fail("cache->v_exp_fixed must be 0 or 1");
+  if (c->v8) {
+    // The V exponents the writers choose (or the caller fixes): anything else would scale V by
+    // an arbitrary power of two (or overflow exp2i's integer arithmetic).
+    const int64_t n = static_cast<int64_t>(c->batch) * c->n_kv_heads;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t e = c->v_exp[i];
+      if (e != FOLD_DECODE_V_EXP_UNSET && (e < decode::kVExpMin || e > decode::kVExpMax))
+        fail("cache->v_exp[" + std::to_string(i) + "] = " + std::to_string(e) + " is outside [" +
+             std::to_string(decode::kVExpMin) + ", " + std::to_string(decode::kVExpMax) +
+             "] (and not FOLD_DECODE_V_EXP_UNSET)");
+    }
+  }
+}
+
+void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, int64_t rows,
+                bool use_token) {
+  const std::string n(name);
+  if (t.data == nullptr) fail(n + " is NULL");
+  if (reinterpret_cast<uintptr_t>(t.data) % 2 != 0) fail(n + ": data must be 2-byte aligned");
+  const int64_t inner = use_token ? t.token_stride : t.batch_stride;
+  if (heads > 1 && t.head_stride < dim) fail(n + ": head_stride must be >= head_dim");
+  int64_t span = 0, last = 0, bytes = 0;
+  const auto too_far = [&] { fail(n + ": the view's extent overflows the address space"); };
+  if (__builtin_mul_overflow(static_cast<int64_t>(heads - 1), t.head_stride, &span) ||
+      __builtin_add_overflow(span, static_cast<int64_t>(dim), &span))
+    too_far();
+  if (inner < span)
+    fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
+         " is too small for its heads (rows would overlap)");
+  // The last row's end, in elements then bytes, and the end address.
+  if (rows > 0 && (__builtin_mul_overflow(rows - 1, inner, &last) ||
+                   __builtin_add_overflow(last, span, &last) ||
+                   __builtin_mul_overflow(last, int64_t{2}, &bytes) ||
+                   reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(bytes) <
+                       reinterpret_cast<uintptr_t>(t.data)))
+    too_far();
 }
 
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
@@ -75,16 +113,7 @@ fold_decode_params_t planned_params(const fold_kvcache_t &c, const fold_decode_p
 
 namespace {
 
-void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bool use_token) {
-  const std::string n(name);
-  if (t.data == nullptr) fold::fail(n + " is NULL");
-  const int64_t inner = use_token ? t.token_stride : t.batch_stride;
-  if (heads > 1 && t.head_stride < dim) fold::fail(n + ": head_stride must be >= head_dim");
-  const int64_t span = static_cast<int64_t>(heads - 1) * t.head_stride + dim;
-  if (inner < span)
-    fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
-               " is too small for its heads (rows would overlap)");
-}
+using fold::cpu::check_rows;
 
 void check_pages_readable(const fold_kvcache_t &c) {
   for (int b = 0; b < c.batch; ++b) {
@@ -106,10 +135,17 @@ fold_status_t fold_kvcache_append_cpu(const fold_kvcache_t *cache, int32_t reque
                                       int32_t n_tokens, fold_tensor_t k, fold_tensor_t v) {
   return fold::guarded("fold_kvcache_append_cpu", [&] {
     fold::cpu::check_cache(cache);
+    if (request < 0 || request >= cache->batch)
+      fold::fail("request " + std::to_string(request) + " is out of range [0, " +
+                 std::to_string(cache->batch) + ")");
+    if (cache->lengths[request] < 0)
+      fold::fail("request " + std::to_string(request) + " is not active (released or never added)");
     if (n_tokens < 0) fold::fail("n_tokens must be >= 0");
     if (n_tokens == 0) return;
-    check_rows("k", k, cache->n_kv_heads, cache->head_dim, true);
-    check_rows("v", v, cache->n_kv_heads, cache->head_dim, true);
+    check_rows("k", k, cache->n_kv_heads, cache->head_dim, n_tokens, true);
+    check_rows("v", v, cache->n_kv_heads, cache->head_dim, n_tokens, true);
+    // The pages of the keys already there too: the heavy-key list and a v8 re-scale read them.
+    check_pages_readable(*cache);
     fold::cpu::TokenRows rows{k.data, k.token_stride, k.head_stride,
                               v.data, v.token_stride, v.head_stride};
     const fold::cpu::AppendPlan plan = fold::cpu::plan_append(*cache, request, n_tokens, rows, "");
@@ -124,12 +160,13 @@ fold_status_t fold_decode_cpu(const fold_kvcache_t *cache, const fold_decode_par
     fold::cpu::check_cache(cache);
     fold::cpu::check_params(*cache, params);
     const fold_kvcache_t &c = *cache;
-    check_rows("q", q, params->n_heads, c.head_dim, false);
-    check_rows("out", out, params->n_heads, c.head_dim, false);
+    check_rows("q", q, params->n_heads, c.head_dim, c.batch, false);
+    check_rows("out", out, params->n_heads, c.head_dim, c.batch, false);
+    if (reinterpret_cast<uintptr_t>(lse) % 4 != 0) fold::fail("lse must be 4-byte aligned");
     std::vector<fold::cpu::AppendPlan> plans;
     if (k_step.data != nullptr) {
-      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
-      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, c.batch, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, c.batch, false);
       fold::cpu::TokenRows rows{k_step.data, 0, k_step.head_stride,
                                 v_step.data, 0, v_step.head_stride};
       for (int b = 0; b < c.batch; ++b) {

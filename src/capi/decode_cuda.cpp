@@ -16,17 +16,7 @@ void require_cuda_build() {
 }
 
 // The kernels read rows with 16-bit loads of a contiguous last dimension.
-void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, bool use_token) {
-  const std::string n(name);
-  if (t.data == nullptr) fold::fail(n + " is NULL");
-  if (reinterpret_cast<uintptr_t>(t.data) % 2 != 0) fold::fail(n + ": data must be 2-byte aligned");
-  const int64_t inner = use_token ? t.token_stride : t.batch_stride;
-  if (heads > 1 && t.head_stride < dim) fold::fail(n + ": head_stride must be >= head_dim");
-  const int64_t span = static_cast<int64_t>(heads - 1) * t.head_stride + dim;
-  if (inner < span)
-    fold::fail(n + std::string(use_token ? ": token_stride" : ": batch_stride") +
-               " is too small for its heads (rows would overlap)");
-}
+using fold::cpu::check_rows;
 
 void check_cuda_cache(const fold_kvcache_t *c) {
   fold::cpu::check_cache_layout(c);
@@ -55,10 +45,18 @@ void check_cuda_cache(const fold_kvcache_t *c) {
 extern "C" {
 
 size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_heads) {
-  if (cache == nullptr || n_heads < 1 || cache->batch < 1 || cache->head_dim < 1 ||
-      cache->max_len < 1)
-    return 0;
-  return fold::cuda::decode_workspace(*cache, n_heads, nullptr).total_bytes;
+  // 0 (with fold_last_error set) for a cache or head count fold_decode_cuda would reject.
+  size_t bytes = 0;
+  const fold_status_t status = fold::guarded("fold_decode_cuda_workspace_size", [&] {
+    check_cuda_cache(cache);
+    if (n_heads < 1 || n_heads % cache->n_kv_heads != 0)
+      fold::fail("n_heads must be a positive multiple of cache->n_kv_heads");
+    if (n_heads / cache->n_kv_heads > 64)
+      fold::fail("the GQA group size n_heads / n_kv_heads must be <= 64");
+    bytes = fold::cuda::decode_workspace(*cache, n_heads, nullptr).total_bytes;
+    if (bytes == 0) fold::fail("the workspace's size overflows size_t");
+  });
+  return status == FOLD_OK ? bytes : 0;
 }
 
 fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t request,
@@ -73,8 +71,8 @@ fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t requ
     if (n_tokens < 0) fold::fail("n_tokens must be >= 0");
     if (n_tokens > cache->max_len) fold::fail("n_tokens exceeds max_len");
     if (n_tokens == 0) return;
-    check_rows("k", k, cache->n_kv_heads, cache->head_dim, true);
-    check_rows("v", v, cache->n_kv_heads, cache->head_dim, true);
+    check_rows("k", k, cache->n_kv_heads, cache->head_dim, n_tokens, true);
+    check_rows("v", v, cache->n_kv_heads, cache->head_dim, n_tokens, true);
     fold::cuda::launch_kvcache_append(*cache, request, n_tokens, k, v, stream);
   });
 }
@@ -88,15 +86,18 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
     check_cuda_cache(cache);
     fold::cpu::check_params(*cache, params);
     const fold_kvcache_t &c = *cache;
-    check_rows("q", q, params->n_heads, c.head_dim, false);
-    check_rows("out", out, params->n_heads, c.head_dim, false);
+    check_rows("q", q, params->n_heads, c.head_dim, c.batch, false);
+    check_rows("out", out, params->n_heads, c.head_dim, c.batch, false);
+    if (reinterpret_cast<uintptr_t>(lse) % 4 != 0) fold::fail("lse must be 4-byte aligned");
+    if (reinterpret_cast<uintptr_t>(stats) % 8 != 0) fold::fail("stats must be 8-byte aligned");
     if (k_step.data != nullptr) {
-      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
-      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, c.batch, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, c.batch, false);
     } else if (v_step.data != nullptr) {
       fold::fail("v_step is given without k_step");
     }
     const size_t need = fold::cuda::decode_workspace(c, params->n_heads, nullptr).total_bytes;
+    if (need == 0) fold::fail("the workspace's size overflows size_t");
     if (workspace == nullptr || workspace_bytes < need)
       fold::fail("workspace must hold at least fold_decode_cuda_workspace_size() = " +
                  std::to_string(need) + " bytes");
@@ -116,10 +117,10 @@ fold_status_t fold_decode_cuda_precheck(const fold_kvcache_t *cache, int32_t n_h
     const fold_kvcache_t &c = *cache;
     if (n_heads < 1 || n_heads % c.n_kv_heads != 0)
       fold::fail("n_heads must be a positive multiple of cache->n_kv_heads");
-    check_rows("q", q, n_heads, c.head_dim, false);
+    check_rows("q", q, n_heads, c.head_dim, c.batch, false);
     if (k_step.data != nullptr) {
-      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, false);
-      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, false);
+      check_rows("k_step", k_step, c.n_kv_heads, c.head_dim, c.batch, false);
+      check_rows("v_step", v_step, c.n_kv_heads, c.head_dim, c.batch, false);
     } else if (v_step.data != nullptr) {
       fold::fail("v_step is given without k_step");
     }

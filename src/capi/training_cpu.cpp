@@ -23,7 +23,7 @@ fold_status_t fold_fwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
   return fold::guarded("fold_fwd_cpu", [&] {
     check_qkv(p, q, k, v);
     fold::check_tensor("out", out, *p, p->n_heads, true);
-    fold::check_pointer("lse", lse, *p);
+    fold::check_floats("lse", lse, p->total_tokens * p->n_heads, *p);
     const int es = fold::dtype_size(p->dtype);
     fold::check_disjoint({fold::view_extent("out", out, *p, p->n_heads, es),
                           fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)});
@@ -40,8 +40,9 @@ fold_status_t fold_bwd_preprocess_cpu(const fold_attn_problem_t *p, fold_tensor_
     fold::check_tensor("v", v, *p, p->n_kv_heads);
     fold::check_tensor("out", out, *p, p->n_heads);
     fold::check_tensor("dout", dout, *p, p->n_heads);
-    fold::check_pointer("delta", delta, *p);
+    fold::check_floats("delta", delta, p->total_tokens * p->n_heads, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
+    if (reinterpret_cast<uintptr_t>(bounds) % 4 != 0) fold::fail("bounds must be 4-byte aligned");
     fold::check_disjoint(
         {fold::array_extent("delta", delta, p->total_tokens * p->n_heads, 4),
          fold::array_extent("bounds", bounds,
@@ -57,7 +58,7 @@ fold_status_t fold_bwd_cpu(const fold_attn_problem_t *p, fold_tensor_t q, fold_t
     check_qkv(p, q, k, v);
     fold::check_tensor("out", out, *p, p->n_heads);
     fold::check_tensor("dout", dout, *p, p->n_heads);
-    fold::check_pointer("lse", lse, *p);
+    fold::check_floats("lse", lse, p->total_tokens * p->n_heads, *p);
     fold::check_tensor("dq", dq, *p, p->n_heads, true);
     fold::check_tensor("dk", dk, *p, p->n_kv_heads, true);
     fold::check_tensor("dv", dv, *p, p->n_kv_heads, true);

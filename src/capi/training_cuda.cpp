@@ -88,7 +88,7 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
                   {"k", k, p->n_kv_heads, false},
                   {"v", v, p->n_kv_heads, false},
                   {"out", out, p->n_heads, true}});
-  fold::check_pointer("lse", lse, *p);
+  fold::check_floats("lse", lse, p->total_tokens * p->n_heads, *p);
   if (kv_bounds != nullptr) check_bounds_pointer("kv_bounds", kv_bounds);
   if (p->total_tokens == 0)  // nothing to compute; the launcher still zeroes kv_bounds
     return fold::cuda::launch_forward(*p, q, k, v, out, lse, kv_bounds, stream);
@@ -115,7 +115,7 @@ void backward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fo
                   {"dq", dq, p->n_heads, true},
                   {"dk", dk, p->n_kv_heads, true},
                   {"dv", dv, p->n_kv_heads, true}});
-  fold::check_pointer("lse", lse, *p);
+  fold::check_floats("lse", lse, p->total_tokens * p->n_heads, *p);
   if (kv_bounds != nullptr) check_bounds_pointer("kv_bounds", kv_bounds);
   if (p->total_tokens == 0) return;
   const size_t need = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
@@ -150,8 +150,15 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                     {"v", v, p->n_kv_heads, false},
                     {"out", out, p->n_heads, false},
                     {"dout", dout, p->n_heads, false}});
-    fold::check_pointer("delta", delta, *p);
+    fold::check_floats("delta", delta, p->total_tokens * p->n_heads, *p);
     if (bounds == nullptr) fold::fail("bounds is NULL");
+    check_bounds_pointer("bounds", bounds);
+    // The same checks as fold_bwd_preprocess_cpu: the two outputs may not overlap.
+    if (p->total_tokens > 0)
+      check_disjoint({fold::array_extent("delta", delta, p->total_tokens * p->n_heads, 4),
+                      fold::array_extent(
+                          "bounds", bounds,
+                          static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS, 4)});
     fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, nullptr, stream);
   });
 }
@@ -177,6 +184,7 @@ size_t fold_bwd_cuda_workspace_size(const fold_attn_problem_t *p) {
   size_t bytes = 0;
   const fold_status_t status = fold::guarded("fold_bwd_cuda_workspace_size", [&] {
     check_cuda_problem(p);
+    check_training_head_dim(p);
     bytes = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
   });
   return status == FOLD_OK ? bytes : 0;

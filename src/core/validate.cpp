@@ -98,6 +98,24 @@ void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t 
   if (ptr == nullptr && p.total_tokens > 0) fail(std::string(name) + " is NULL");
 }
 
+void check_floats(const char *name, const void *ptr, int64_t elems, const fold_attn_problem_t &p) {
+  check_pointer(name, ptr, p);
+  if (p.total_tokens == 0) return;
+  if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
+    fail(std::string(name) + " must be 4-byte aligned (float32)");
+  check_byte_extent(name, ptr, elems, 4);
+}
+
+void check_byte_extent(const char *name, const void *data, int64_t elems, int elem_size) {
+  // The element offsets stayed in int64; the byte offsets and the end address must too (a
+  // stride of 2^62 elements is 2^64 bytes: the addresses would wrap onto other memory).
+  int64_t bytes = 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(data);
+  if (elems < 0 || __builtin_mul_overflow(elems, static_cast<int64_t>(elem_size), &bytes) ||
+      lo + static_cast<uintptr_t>(bytes) < lo)
+    fail(std::string(name) + ": the view's extent overflows the address space");
+}
+
 void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p, int heads,
                   bool output) {
   const std::string n(name);
@@ -105,7 +123,11 @@ void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_prob
   if (p.total_tokens == 0) return;
   if (t.head_stride < 0 || t.token_stride < 0 || t.batch_stride < 0)
     fail(n + ": strides must be non-negative");
-  last_offset(name, t, p, heads);  // every address the kernels form stays in int64
+  const int es = dtype_size(p.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(es) != 0)
+    fail(n + ": data must be aligned to its element size (" + std::to_string(es) + " bytes)");
+  // Every address the kernels form stays in int64 elements, and in the address space in bytes.
+  check_byte_extent(name, t.data, last_offset(name, t, p, heads) + 1, es);
   if (!output) return;
   if (t.head_stride < p.head_dim && heads > 1)
     fail(n + ": head_stride=" + std::to_string(t.head_stride) +

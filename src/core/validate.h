@@ -22,6 +22,13 @@ void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_prob
 
 void check_pointer(const char *name, const void *ptr, const fold_attn_problem_t &p);
 
+// A float32 array of `elems` (lse, delta): non-null when there is any token, 4-byte aligned, its
+// bytes inside the address space.
+void check_floats(const char *name, const void *ptr, int64_t elems, const fold_attn_problem_t &p);
+
+// elems x elem_size bytes from data: the byte count in int64 and the end address not wrapping.
+void check_byte_extent(const char *name, const void *data, int64_t elems, int elem_size);
+
 // Byte range [lo, hi) that a view (or a flat array) touches.
 struct Extent {
   uintptr_t lo, hi;

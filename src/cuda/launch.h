@@ -124,10 +124,19 @@ struct DecodeWorkspace {
   size_t total_bytes;
 };
 
+// total_bytes is 0 when the sizes overflow size_t (the entry points refuse such a cache).
 inline DecodeWorkspace decode_workspace(const fold_kvcache_t &c, int n_heads, void *base) {
   const size_t rows = static_cast<size_t>(c.batch) * static_cast<size_t>(n_heads);
   const size_t D = static_cast<size_t>(c.head_dim);
-  const int32_t splits = (c.max_len + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS;
+  const int32_t splits = static_cast<int32_t>(
+      (static_cast<int64_t>(c.max_len) + FOLD_DECODE_SPLIT_KEYS - 1) / FOLD_DECODE_SPLIT_KEYS);
+  size_t part_n_bytes = 0;  // rows * splits * D * 4, the largest part
+  if (__builtin_mul_overflow(rows, static_cast<size_t>(splits), &part_n_bytes) ||
+      __builtin_mul_overflow(part_n_bytes, D * 4, &part_n_bytes) ||
+      part_n_bytes > (~size_t{0} >> 2)) {
+    DecodeWorkspace none{};
+    return none;
+  }
   const size_t groups = static_cast<size_t>(c.batch) * static_cast<size_t>(c.n_kv_heads);
   // gcnt, then newlen, rej, nflag, p1done, ring_next (int32)
   const size_t gcnt_bytes = groups * 5 * 8 + (2 * static_cast<size_t>(c.batch) + 2 + groups) * 4;

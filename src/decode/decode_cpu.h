@@ -57,6 +57,11 @@ void check_cache(const fold_kvcache_t *c);
 // check_cache without reading lengths (a device-resident cache).
 void check_cache_layout(const fold_kvcache_t *c);
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p);
+// A (rows, heads, dim) view of 16-bit values (q, out, k_step, v_step: rows = the batch, by
+// batch_stride; appended tokens: rows = the tokens, by token_stride): non-NULL, 2-byte aligned,
+// rows that do not overlap, and every element's byte address inside the address space.
+void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, int64_t rows,
+                bool use_token);
 // The step's parameters as the kernels (CPU and CUDA alike) run them: `dense` set where a depth's
 // screen does not pay (decode_plan.h screen_pays; FOLD_DECODE_SCREEN=1 keeps every depth).
 fold_decode_params_t planned_params(const fold_kvcache_t &c, const fold_decode_params_t &p);

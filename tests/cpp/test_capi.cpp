@@ -143,6 +143,38 @@ TEST(CApi, RejectsEveryBadArgumentWithItsName) {
   expect_error(fold_check_problem(nullptr, 1), "problem is NULL");
 }
 
+// Session 39's C ABI audit: byte extents that wrap the address space (the element offsets fit
+// int64, the bytes did not) and misaligned data.
+TEST(CApi, RejectsViewsWhoseBytesWrapOrAreMisaligned) {
+  {
+    Case c{{4, 4}, 1, 1, 8, FOLD_DTYPE_F32, 0};
+    std::vector<int32_t> cu = offsets(c.lengths);
+    fold_attn_problem_t p = packed_problem(c, cu);
+    p.cu_seqlens = nullptr;  // dense: batch 2 x seqlen 4
+    p.batch = 2;
+    p.seqlen = 4;
+    p.total_tokens = 8;
+    HostTensor q{c.dtype, 8, 1, 8}, k{c.dtype, 8, 1, 8}, v{c.dtype, 8, 1, 8}, o{c.dtype, 8, 1, 8};
+    std::vector<float> lse(8);
+    fold_tensor_t kk = k.view();
+    kk.batch_stride = int64_t{1} << 62;  // 2^64 bytes: request 1 would read request 0's keys
+    kk.token_stride = 8;
+    fold_tensor_t qd = q.view(), vd = v.view(), od = o.view();
+    for (fold_tensor_t *t : {&qd, &vd, &od}) {
+      t->batch_stride = 32;
+      t->token_stride = 8;
+    }
+    expect_error(fold_fwd_cpu(&p, qd, kk, vd, od, lse.data()), "k: the view's extent");
+    fold_tensor_t odd = qd;
+    odd.data = static_cast<char *>(odd.data) + 1;
+    expect_error(fold_fwd_cpu(&p, odd, k.view(), vd, od, lse.data()), "q: data must be aligned");
+    expect_error(fold_fwd_cpu(&p, qd, k.view(), vd, od,
+                              reinterpret_cast<float *>(reinterpret_cast<char *>(lse.data()) + 2)),
+                 "lse must be 4-byte aligned");
+    EXPECT_EQ(fold_fwd_cpu(&p, qd, k.view(), vd, od, lse.data()), FOLD_OK) << fold_last_error();
+  }
+}
+
 TEST(CApi, CudaEntryPointsFailCleanlyWithoutADevice) {
   Fixture f;
   std::vector<float> delta(64), bounds(2 * 2 * 4);
@@ -164,8 +196,15 @@ TEST(CApi, CudaTrainingEntryPointsFailCleanlyWithoutADevice) {
   const fold_status_t fwd =
       fold_fwd_cuda(&f.p, f.q.view(), f.k.view(), f.v.view(), f.o.view(), lse.data(), nullptr);
   HostTensor dq{f.c.dtype, 16, 4, 16}, dk{f.c.dtype, 16, 2, 16}, dv{f.c.dtype, 16, 2, 16};
-  const size_t bytes = fold_bwd_cuda_workspace_size(&f.p);
-  EXPECT_GE(bytes, size_t{16 * 4 * 16 * 4});  // at least the int32 dQ grid
+  // The workspace size of a problem fold_bwd_cuda rejects is 0, with the reason; of one it
+  // takes, at least the int32 dQ grid.
+  EXPECT_EQ(fold_bwd_cuda_workspace_size(&f.p), size_t{0});
+  EXPECT_NE(std::string(fold_last_error()).find("head_dim=16"), std::string::npos)
+      << fold_last_error();
+  fold_attn_problem_t p64 = f.p;
+  p64.head_dim = 64;
+  const size_t bytes = fold_bwd_cuda_workspace_size(&p64);
+  EXPECT_GE(bytes, size_t{16 * 4 * 64 * 4});
   EXPECT_EQ(fold_bwd_cuda_workspace_size(nullptr), size_t{0});
   std::vector<char> workspace(bytes + 16);
   const fold_status_t bwd =

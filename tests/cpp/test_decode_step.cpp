@@ -524,4 +524,83 @@ TEST(DecodeStep, ValidationNamesTheArgument) {
                "depth");
 }
 
+// Session 39's C ABI audit: pages of the keys already in the cache, a zero-token append's
+// request, v8 exponents, views whose extent wraps the address space, misaligned rows.
+TEST(DecodeStep, ValidationCoversTheWholeCacheAndTheViewsExtents) {
+  const int D = 64;
+  auto expect_error = [](fold_status_t st, const char *needle) {
+    EXPECT_EQ(st, FOLD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fold_last_error()).find(needle), std::string::npos) << fold_last_error();
+  };
+  std::vector<bf16_t> one(2 * D, fold::bf16_from_float(1.0f));
+  const fold_tensor_t row{one.data(), 0, D, D};
+  for (const bool v8 : {false, true}) {
+    Cache c(2, 1, D, 200, v8);
+    std::vector<float> k(70 * D, 0.5f), v(70 * D, 1.0f);
+    c.fill(0, k, v, 70);
+    fold_kvcache_t desc = c.desc();
+    // A page of tokens already there (read by the heavy-key list and a v8 re-scale) outside the
+    // pool: refused before anything is read or written (it was read out of bounds).
+    const int32_t saved = c.pt[0];
+    c.pt[0] = 1000000;
+    expect_error(fold_kvcache_append_cpu(&desc, 0, 1, row, row), "page_table[0][0]");
+    EXPECT_EQ(c.len[0], 70);
+    c.pt[0] = saved;
+    // A zero-token append still names a bad or free request.
+    expect_error(fold_kvcache_append_cpu(&desc, 7, 0, row, row), "out of range");
+    expect_error(fold_kvcache_append_cpu(&desc, 1, 0, row, row), "not active");
+    if (v8) {
+      const int32_t e = c.vexp[0];
+      for (const int32_t bad : {300, -300, 2147483647}) {
+        c.vexp[0] = bad;
+        expect_error(fold_kvcache_append_cpu(&desc, 0, 1, row, row), "v_exp[0]");
+      }
+      c.vexp[0] = e;
+    }
+    EXPECT_EQ(fold_kvcache_append_cpu(&desc, 0, 1, row, row), FOLD_OK) << fold_last_error();
+  }
+  Cache c(2, 1, D, 200);
+  std::vector<float> k(70 * D, 0.5f), v(70 * D, 1.0f);
+  c.fill(0, k, v, 70);
+  fold_kvcache_t desc = c.desc();
+  std::vector<bf16_t> q(2 * 2 * D + 1), out(2 * 2 * D);
+  fold_decode_params_t p = params(2, 16.0f);
+  p.softmax_scale = 0.125f;
+  const fold_tensor_t none{nullptr, 0, 0, 0};
+  const fold_tensor_t ot{out.data(), 2 * D, 0, D};
+  // Request 1's q row 2^62 elements (2^63 bytes) on: the byte address wraps.
+  expect_error(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), int64_t{1} << 62, 0, D}, none,
+                               none, ot, nullptr, nullptr),
+               "overflows the address space");
+  expect_error(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 2 * D, 0, INT64_MAX}, none, none,
+                               ot, nullptr, nullptr),
+               "overflows the address space");
+  std::vector<bf16_t> kv(2 * D);
+  expect_error(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 2 * D, 0, D},
+                               fold_tensor_t{kv.data(), int64_t{1} << 62, 0, D},
+                               fold_tensor_t{kv.data(), D, 0, D}, ot, nullptr, nullptr),
+               "k_step: the view's extent");
+  // An odd address for 16-bit values.
+  const fold_tensor_t odd{reinterpret_cast<char *>(q.data()) + 1, 2 * D, 0, D};
+  expect_error(fold_decode_cpu(&desc, &p, odd, none, none, ot, nullptr, nullptr), "2-byte aligned");
+  std::vector<float> lse(8);
+  expect_error(
+      fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 2 * D, 0, D}, none, none, ot,
+                      reinterpret_cast<float *>(reinterpret_cast<char *>(lse.data()) + 2), nullptr),
+      "lse must be 4-byte aligned");
+  EXPECT_EQ(fold_decode_cpu(&desc, &p, fold_tensor_t{q.data(), 2 * D, 0, D}, none, none, ot,
+                            lse.data(), nullptr),
+            FOLD_OK)
+      << fold_last_error();
+  // The workspace size of a cache the step would refuse: 0, with the reason.
+  fold_kvcache_t bad = desc;
+  bad.n_kv_heads = -1;
+  EXPECT_EQ(fold_decode_cuda_workspace_size(&bad, 2), size_t{0});
+  EXPECT_NE(std::string(fold_last_error()).find("n_kv_heads"), std::string::npos);
+  fold_kvcache_t longest = desc;
+  longest.max_len = 2147483647;  // (the splits' count was int32 arithmetic that overflowed)
+  longest.pages_per_request = static_cast<int32_t>((int64_t{2147483647} + 63) / 64);
+  EXPECT_GT(fold_decode_cuda_workspace_size(&longest, 2), size_t{0}) << fold_last_error();
+}
+
 }  // namespace
