@@ -67,11 +67,11 @@ typedef enum fold_dtype {
 } fold_dtype_t;
 
 /* A [*, heads, head_dim] view with a contiguous last dimension. Strides in elements; data aligned
- * to the element size. Every entry point checks its views (and float arrays such as lse) for
- * NULL, alignment and an extent that stays inside the address space, and that the arrays it
- * writes do not overlap each other. An output must not overlap any input either: that is not
- * checked (the inputs may legitimately share storage with each other), and an output written
- * over an input gives undefined results. */
+ * to the element size. The training entry points check their views (and lse / delta) for NULL,
+ * alignment and an extent inside the address space, and that the arrays they write do not
+ * overlap each other (decode's checks: decode.h). An output must not overlap any input either:
+ * that is not checked (inputs may legitimately share storage with each other), and an output
+ * written over an input gives undefined results. */
 typedef struct fold_tensor {
   void *data;
   int64_t batch_stride; /* dense only: elements between consecutive requests     */

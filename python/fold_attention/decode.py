@@ -237,6 +237,8 @@ class FoldKVCache:
             raise ValueError(f"{fn}: batch * ceil(max_len / page_size) exceeds int32 pages")
         P, Hk, S, D = self.num_pages, self.n_kv_heads, self.page_size, self.head_dim
         dev = self.device
+        if self.is_cuda and (self.batch > 65535 or Hk > 65535):  # (the kernels' grid dimensions)
+            raise NotImplementedError(f"{fn}: the CUDA decode takes batch and n_kv_heads <= 65535")
         # The buffers are ordinary tensors even when the cache is built under
         # torch.inference_mode() (inference tensors could not be updated outside it later), and
         # a pool too large to allocate is refused naming its sizes, not with the allocator's

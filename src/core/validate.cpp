@@ -35,6 +35,12 @@ int64_t last_offset(const char *name, const fold_tensor_t &t, const fold_attn_pr
                          mul_add_checked(1, rows, p.head_dim - 1, n), n);
 }
 
+// Elements a view spans (its last offset + 1), overflow-checked.
+int64_t element_count(const char *name, const fold_tensor_t &t, const fold_attn_problem_t &p,
+                      int heads) {
+  return mul_add_checked(1, last_offset(name, t, p, heads), 1, name);
+}
+
 }  // namespace
 
 int dtype_size(int dtype) {
@@ -127,7 +133,7 @@ void check_tensor(const char *name, const fold_tensor_t &t, const fold_attn_prob
   if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(es) != 0)
     fail(n + ": data must be aligned to its element size (" + std::to_string(es) + " bytes)");
   // Every address the kernels form stays in int64 elements, and in the address space in bytes.
-  check_byte_extent(name, t.data, last_offset(name, t, p, heads) + 1, es);
+  check_byte_extent(name, t.data, element_count(name, t, p, heads), es);
   if (!output) return;
   if (t.head_stride < p.head_dim && heads > 1)
     fail(n + ": head_stride=" + std::to_string(t.head_stride) +
@@ -145,7 +151,7 @@ Extent view_extent(const char *name, const fold_tensor_t &t, const fold_attn_pro
                    int heads, int elem_size) {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
   if (p.total_tokens == 0) return Extent{lo, lo, name};
-  const int64_t elems = last_offset(name, t, p, heads) + 1;
+  const int64_t elems = element_count(name, t, p, heads);
   return Extent{lo, lo + static_cast<uintptr_t>(elems) * static_cast<uintptr_t>(elem_size), name};
 }
 

@@ -172,6 +172,28 @@ TEST(CApi, RejectsViewsWhoseBytesWrapOrAreMisaligned) {
                               reinterpret_cast<float *>(reinterpret_cast<char *>(lse.data()) + 2)),
                  "lse must be 4-byte aligned");
     EXPECT_EQ(fold_fwd_cpu(&p, qd, k.view(), vd, od, lse.data()), FOLD_OK) << fold_last_error();
+    // The last element at offset INT64_MAX: its count does not fit int64 (no signed overflow).
+    fold_tensor_t far = kk;
+    far.batch_stride = 0;
+    far.token_stride = INT64_MAX - 7;
+    expect_error(fold_fwd_cpu(&p, qd, far, vd, od, lse.data()), "k: the view's extent");
+    // The float arrays of the backward and its preprocess: aligned.
+    std::vector<float> delta(9), bounds(2 * FOLD_BWD_BOUNDS + 1);
+    float *odd_f = reinterpret_cast<float *>(reinterpret_cast<char *>(delta.data()) + 2);
+    expect_error(fold_bwd_preprocess_cpu(&p, k.view(), vd, od, od, odd_f, bounds.data()),
+                 "delta must be 4-byte aligned");
+    expect_error(fold_bwd_preprocess_cpu(
+                     &p, k.view(), vd, od, od, delta.data(),
+                     reinterpret_cast<float *>(reinterpret_cast<char *>(bounds.data()) + 1)),
+                 "bounds must be 4-byte aligned");
+    HostTensor dq{c.dtype, 8, 1, 8}, dk{c.dtype, 8, 1, 8}, dv{c.dtype, 8, 1, 8};
+    fold_tensor_t dqd = dq.view(), dkd = dk.view(), dvd = dv.view();
+    for (fold_tensor_t *t : {&dqd, &dkd, &dvd}) {
+      t->batch_stride = 32;
+      t->token_stride = 8;
+    }
+    expect_error(fold_bwd_cpu(&p, qd, k.view(), vd, od, od, odd_f, dqd, dkd, dvd),
+                 "lse must be 4-byte aligned");
   }
 }
 
