@@ -87,7 +87,7 @@ typedef struct fold_attn_problem {
   int64_t total_tokens;      /* dense: batch * seqlen. varlen: cu_seqlens[batch]     */
   int32_t n_heads;           /* query heads                                          */
   int32_t n_kv_heads;        /* key/value heads; n_heads % n_kv_heads == 0           */
-  int32_t head_dim;          /* 1..FOLD_MAX_HEAD_DIM (CUDA kernels: multiples of 8)  */
+  int32_t head_dim;          /* 1..FOLD_MAX_HEAD_DIM (CUDA: 64, 96, 128 or 256)     */
   int32_t dtype;             /* fold_dtype_t of q, k, v, out, dout, dq, dk, dv       */
   int32_t causal;            /* 0 or 1; causal masks key j > query i                 */
   float softmax_scale;       /* finite, > 0                                          */
