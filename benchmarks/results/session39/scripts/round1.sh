@@ -32,7 +32,13 @@ step chunk_a 150 env FOLD_ATTENTION_LIBRARY=$M FOLD_TIME_SHAPES="$SHP" python3 s
   default FOLD_BWD_HB_CHUNK=4 FOLD_BWD_HB_CHUNK=2
 step chunk_b 150 env FOLD_ATTENTION_LIBRARY=$M FOLD_TIME_SHAPES="$SHP" python3 scripts/time_backward_variants.py \
   FOLD_BWD_HB_CHUNK=2 FOLD_BWD_HB_CHUNK=4 default
+# 4. The eager step's host path: session 30 measured the B1 eager step at 86-91 us and the generate
+#    suite's at 125-139; session 37's published (--quick) generate run says 179-290. Which is it now?
+step eager_step 120 env FOLD_ATTENTION_LIBRARY=$M python3 scripts/decode_eager_step.py \
+  --shapes "1,8192,9,3,64;1,4096,64,8,128" --steps 100 --rounds 5
+step generate_quick 150 env FOLD_ATTENTION_LIBRARY=$M python3 -m benchmarks.generate --quick --budget-s 90 \
+  --no-repo-results --out "$LOGS/gen"
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS"/gpu_all.log "$LOGS"/precheck_tests.log "$LOGS"/sched_test.log
-for f in "$LOGS"/chunk_*.log; do echo "-- $(basename $f)"; grep -v "^\s*$" $f | tail -14; done
+for f in "$LOGS"/chunk_*.log "$LOGS"/eager_step.log; do echo "-- $(basename $f)"; grep -v "^\s*$" $f | tail -14; done
