@@ -721,7 +721,7 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 if nonfinite & bit:
                     raise ValueError(f"{fn}: {name} holds a non-finite value")
         else:
-            checks = [("q_step", q)] if cache.is_cuda else []
+            checks = [("q_step", q)]  # (on the CPU too: the reference would name it "q row")
             if k is not None:
                 checks += [("k_step", ka), ("v_step", va)]
             # One finiteness test over all of them (one reduction, one read); the offender is

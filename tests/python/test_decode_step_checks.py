@@ -1,6 +1,6 @@
 """The eager step's input checks (fold_attn_with_kvcache): a non-finite value in q_step, or in
-the k_step / v_step rows of an active request, raises ValueError naming the argument (the CPU
-reference names q by its row) before anything is appended (the cache's lengths are unchanged);
+the k_step / v_step rows of an active request, raises ValueError naming the argument (q_step
+on the CPU too, where the reference alone said "q row") before anything is appended (the cache's lengths are unchanged);
 the rows of free slots are ignored; a full request is named before a non-finite value. On the
 CPU reference always, on the GPU where one is ready (where the checks read the device).
 """
@@ -43,7 +43,7 @@ def _inputs(device, dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "where,value,arg",
-    [("q", float("nan"), "q_step|q row"), ("k", float("inf"), "k_step"), ("v", float("-inf"), "v_step"),
+    [("q", float("nan"), "q_step"), ("k", float("inf"), "k_step"), ("v", float("-inf"), "v_step"),
      ("k_last", float("nan"), "k_step")],
 )
 @pytest.mark.parametrize("precheck", ["1", "0"])
@@ -143,7 +143,7 @@ def test_non_finite_q_without_an_append(device, precheck, monkeypatch):
     c = _cache(device, torch.float16)
     q, _, _ = _inputs(device, torch.float16)
     q[3, 7, D - 1] = float("inf")  # request 3's row (q is tested in every row)
-    with pytest.raises(ValueError, match="q_step|q row"):
+    with pytest.raises(ValueError, match="q_step"):
         fa.fold_attn_with_kvcache(q, c)
     q[3, 7, D - 1] = 0.0
     fa.fold_attn_with_kvcache(q, c)
