@@ -92,14 +92,20 @@ def _require_dtype(x: torch.Tensor, name: str, fn: str) -> None:
         )
 
 
-def float32_scale(value: float, fn: str) -> float:
-    """value rounded to float32 (as a Python float), refused unless finite and > 0 there.
-    Pure Python (struct), so that it also runs inside the custom ops' bodies, where
-    torch.compile hands over the concrete value of a scale it traced symbolically."""
+def round_float32(value: float) -> float:
+    """A Python float rounded to the nearest float32 (inf beyond float32's range), in pure Python
+    (struct), so that it also runs inside the custom ops' bodies under torch.compile."""
     try:
-        as_f32 = struct.unpack("<f", struct.pack("<f", value))[0]
-    except OverflowError:  # beyond float32's range: float32 would hold inf
-        as_f32 = math.inf
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    except (OverflowError, struct.error):  # beyond float32's range: float32 would hold inf
+        return math.copysign(math.inf, value)
+
+
+def float32_scale(value: float, fn: str) -> float:
+    """value rounded to float32 (as a Python float), refused unless finite and > 0 there (also
+    inside the custom ops, where torch.compile hands over the concrete value of a scale it
+    traced symbolically)."""
+    as_f32 = round_float32(value)
     if not math.isfinite(as_f32) or as_f32 <= 0.0:
         raise ValueError(
             f"{fn}: softmax_scale={value!r} is not a finite positive float32 value"

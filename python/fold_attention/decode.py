@@ -20,7 +20,6 @@ import ctypes
 import math
 import numbers
 import os
-import struct
 
 import torch
 
@@ -35,7 +34,7 @@ from ._decode_lib import (
     library,
 )
 from ._lib import FoldTensor
-from ._validate import check_softmax_scale, require_flag, require_int, require_tensor
+from ._validate import check_softmax_scale, require_flag, require_int, require_tensor, round_float32
 
 __all__ = ["FoldKVCache", "fold_attn_with_kvcache", "decode_step_cuda"]
 
@@ -91,9 +90,9 @@ def _float32(x, name: str, fn: str, *, positive: bool) -> float:
         raise TypeError(f"{fn}: {name} must be a number or None, got {type(x).__name__}")
     bound = "> 0" if positive else ">= 0"
     try:
-        value = struct.unpack("f", struct.pack("f", float(x)))[0]
-    except (OverflowError, struct.error):
-        raise ValueError(f"{fn}: {name} must be finite and {bound} in float32, got {x!r}") from None
+        value = round_float32(float(x))
+    except OverflowError:  # (an int beyond a double's range)
+        value = math.inf
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise ValueError(f"{fn}: {name} must be finite and {bound} in float32, got {x!r}")
     return value
@@ -726,12 +725,13 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 checks += [("k_step", ka), ("v_step", va)]
             # One finiteness test over all of them (one reduction, one read); the offender is
             # named on failure only.
-            if checks:
-                flat = torch.cat([x.reshape(-1) for _, x in checks]) if len(checks) > 1 else checks[0][1]
-                if not bool(torch.isfinite(flat).all()):
-                    bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
-                    raise ValueError(f"{fn}: {bad} holds a non-finite value")
-            if ka is not None and cache.is_cuda:  # (the C reference tests the rotation itself)
+            flat = torch.cat([x.reshape(-1) for _, x in checks]) if len(checks) > 1 else checks[0][1]
+            if not bool(torch.isfinite(flat).all()):
+                bad = next(name for name, x in checks if not bool(torch.isfinite(x).all()))
+                raise ValueError(f"{fn}: {bad} holds a non-finite value")
+            # The keys' rotation (the C reference tests it itself; with a v_scale,
+            # _check_values below does).
+            if ka is not None and cache.is_cuda and cache.v_scale is None:
                 cache._check_keys(ka, fn, "k_step")
         if k is not None:
             if cache.v_scale is not None:

@@ -84,11 +84,15 @@ void check_rows(const char *name, const fold_tensor_t &t, int heads, int dim, in
     too_far();
 }
 
+void check_n_heads(const fold_kvcache_t &c, int32_t n_heads, const char *name) {
+  if (n_heads < 1 || n_heads % c.n_kv_heads != 0)
+    fail(std::string(name) + " must be a positive multiple of n_kv_heads");
+  if (n_heads / c.n_kv_heads > 64) fail("the GQA group size n_heads / n_kv_heads must be <= 64");
+}
+
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
   if (p == nullptr) fail("params is NULL");
-  if (p->n_heads < 1 || p->n_heads % c.n_kv_heads != 0)
-    fail("params->n_heads must be a positive multiple of n_kv_heads");
-  if (p->n_heads / c.n_kv_heads > 64) fail("the GQA group size n_heads / n_kv_heads must be <= 64");
+  check_n_heads(c, p->n_heads, "params->n_heads");
   if (!(std::isfinite(p->softmax_scale) && p->softmax_scale > 0))
     fail("params->softmax_scale must be finite and > 0");
   if (p->dense != 0 && p->dense != 1) fail("params->dense must be 0 or 1");

@@ -49,10 +49,7 @@ size_t fold_decode_cuda_workspace_size(const fold_kvcache_t *cache, int32_t n_he
   size_t bytes = 0;
   const fold_status_t status = fold::guarded("fold_decode_cuda_workspace_size", [&] {
     check_cuda_cache(cache);
-    if (n_heads < 1 || n_heads % cache->n_kv_heads != 0)
-      fold::fail("n_heads must be a positive multiple of cache->n_kv_heads");
-    if (n_heads / cache->n_kv_heads > 64)
-      fold::fail("the GQA group size n_heads / n_kv_heads must be <= 64");
+    fold::cpu::check_n_heads(*cache, n_heads, "n_heads");
     bytes = fold::cuda::decode_workspace(*cache, n_heads, nullptr).total_bytes;
     if (bytes == 0) fold::fail("the workspace's size overflows size_t");
   });
