@@ -91,6 +91,15 @@ typedef struct fold_attn_problem {
   int32_t dtype;             /* fold_dtype_t of q, k, v, out, dout, dq, dk, dv       */
   int32_t causal;            /* 0 or 1; causal masks key j > query i                 */
   float softmax_scale;       /* finite, > 0                                          */
+  /* Sliding window (local attention); 0 (a zero-initialised problem): unbounded.
+   * window_before = w > 0: query i sees key j only if i - j < w (w keys ending at its own
+   * position: HF's sliding_window; FlashAttention's window_size[0] is w - 1).
+   * window_after  = w > 0: query i sees key j only if j - i < w (window_size[1] + 1).
+   * Every query sees its own key, so no row is ever empty. The CUDA kernels take only
+   * windows that mask nothing for requests of up to seqlen tokens (others:
+   * FOLD_ERR_UNSUPPORTED); the CPU reference takes any. */
+  int32_t window_before;
+  int32_t window_after;
 } fold_attn_problem_t;
 
 /* ---- library ----------------------------------------------------------------------- */

@@ -119,4 +119,6 @@ def make_problem(spec: AttnSpec, host: bool) -> FoldAttnProblem:
         dtype=DTYPE_CODES[spec.dtype],
         causal=1 if spec.causal else 0,
         softmax_scale=spec.softmax_scale,
+        window_before=spec.window_before,
+        window_after=spec.window_after,
     )

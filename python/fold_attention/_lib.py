@@ -97,6 +97,8 @@ class FoldAttnProblem(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("causal", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
+        ("window_before", ctypes.c_int32),  # 0: unbounded (FlashAttention's window_size[0] + 1)
+        ("window_after", ctypes.c_int32),  # 0: unbounded (window_size[1] + 1)
     ]
 
 

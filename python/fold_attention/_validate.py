@@ -24,6 +24,7 @@ __all__ = [
     "require_flag",
     "require_int",
     "check_softmax_scale",
+    "check_window_size",
     "check_cu_seqlens",
     "validate_attention",
     "validate_like",
@@ -50,6 +51,17 @@ class AttnSpec:
     softmax_scale: float  # exactly representable in float32
     cu_seqlens: torch.Tensor | None  # contiguous int32, on `device`
     cu_seqlens_host: torch.Tensor | None  # contiguous int32 on the CPU (same values)
+    # The sliding window in the C ABI's terms (fold_attn_problem_t): 0 unbounded, else
+    # window_size[0] + 1 / window_size[1] + 1. Canonical: 0 where the window masks nothing.
+    window_before: int = 0
+    window_after: int = 0
+
+    def window_cuts(self) -> bool:
+        """Whether the window masks any key that causal masking alone would not, in requests of
+        up to `seqlen` tokens (window.h's window_masks_nothing)."""
+        before = 0 < self.window_before < self.seqlen
+        after = not self.causal and 0 < self.window_after < self.seqlen
+        return before or after
 
 
 def require_tensor(x, name: str, fn: str) -> torch.Tensor:
@@ -141,6 +153,23 @@ def check_softmax_scale(softmax_scale, head_dim, fn: str) -> float:
     return float32_scale(value, fn)
 
 
+def check_window_size(window_size, fn: str) -> tuple[int, int]:
+    """FlashAttention's window_size=(left, right): query i sees keys i - left .. i + right, -1
+    meaning unbounded on that side. Returns the C ABI's (window_before, window_after): left + 1
+    and right + 1, 0 where unbounded."""
+    if isinstance(window_size, torch.Tensor) or not isinstance(window_size, (tuple, list)):
+        raise TypeError(f"{fn}: window_size must be a (left, right) tuple of ints, got "
+                        f"{type(window_size).__name__}")
+    if len(window_size) != 2:
+        raise ValueError(f"{fn}: window_size must hold two ints (left, right), got "
+                         f"{len(window_size)} values")
+    sides = []
+    for name, x in zip(("window_size[0]", "window_size[1]"), window_size):
+        value = require_int(x, name, fn, minimum=-1, maximum=_INT32_MAX - 1)
+        sides.append(value + 1)  # -1 -> 0: unbounded
+    return sides[0], sides[1]
+
+
 def check_cu_seqlens(cu_seqlens, total_tokens: int, device: torch.device, fn: str,
                      name: str = "cu_seqlens") -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Validate a cumulative-length vector.
@@ -212,6 +241,7 @@ def validate_attention(
     max_seqlen=None,
     causal=False,
     softmax_scale=None,
+    window_size=(-1, -1),
     names: tuple[str, str, str] = ("q", "k", "v"),
 ) -> AttnSpec:
     """Validate a self-attention call and describe it.
@@ -225,6 +255,7 @@ def validate_attention(
     k = require_tensor(k, kn, fn)
     v = require_tensor(v, vn, fn)
     causal = require_flag(causal, "causal", fn)
+    window_before, window_after = check_window_size(window_size, fn)
 
     ndim = 3 if varlen else 4
     q_layout = "(total_tokens, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
@@ -314,6 +345,12 @@ def validate_attention(
         cu_dev = cu_host = None
 
     scale = check_softmax_scale(softmax_scale, D, fn)
+    # Canonical windows: a side that masks nothing in requests of up to `seqlen` tokens (or,
+    # after the query, under causal masking) is unbounded, so such calls are the plain ones.
+    if window_before >= seqlen:
+        window_before = 0
+    if causal or window_after >= seqlen:
+        window_after = 0
     return AttnSpec(
         varlen=varlen,
         batch=int(batch),
@@ -328,6 +365,8 @@ def validate_attention(
         softmax_scale=scale,
         cu_seqlens=cu_dev,
         cu_seqlens_host=cu_host,
+        window_before=window_before,
+        window_after=window_after,
     )
 
 

@@ -10,8 +10,12 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
 - padding-free packed batches (``DataCollatorWithFlattening``): the ``cu_seq_lens_q``
   keyword transformers passes, or position ids that restart at 0, become ``cu_seqlens``;
 - a 2-D padding mask: the real tokens are gathered into a packed batch and scattered back.
-Attention dropout, sliding windows, soft-capping and sinks are not supported and raise, as
-does a padding mask on cross-attention (the mask is the keys', the queries are other tokens).
+Sliding-window layers (Mistral, Qwen2, Gemma, ...) pass transformers' ``sliding_window`` on as
+``window_size=(sliding_window - 1, sliding_window - 1)``, as transformers does for
+FlashAttention; on CUDA a window shorter than the sequence raises until the kernels take it
+(the CPU reference applies any). Attention dropout, soft-capping and sinks are not supported and
+raise, as does a padding mask on cross-attention (the mask is the keys', the queries are other
+tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
 then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts
@@ -81,16 +85,26 @@ def _may_be_cross_attention(module, causal: bool) -> bool:
             or "cross" in type(module).__name__.lower())
 
 
+def _window_size(sliding_window) -> tuple[int, int]:
+    """transformers' sliding_window (a query sees the keys at distance < sliding_window, its
+    own included) as window_size, the mapping transformers uses for FlashAttention."""
+    if sliding_window is None:
+        return (-1, -1)
+    w = require_int(sliding_window, "sliding_window", "attn_implementation='fold'", minimum=1)
+    return (w - 1, w - 1)
+
+
 def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                            sliding_window=None, softcap=None, is_causal=None, s_aux=None,
                            **kwargs):
     """AttentionInterface function: (B, H, S, D) tensors in, ((B, S, H, D), None) out."""
     if dropout:
         raise NotImplementedError("attn_implementation='fold': attention dropout is not supported")
-    if sliding_window is not None or softcap is not None or s_aux is not None:
+    if softcap is not None or s_aux is not None:
         raise NotImplementedError(
-            "attn_implementation='fold': sliding windows, soft-capping and sinks are not supported"
+            "attn_implementation='fold': soft-capping and sinks are not supported"
         )
+    window = _window_size(sliding_window)
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("attn_implementation='fold' does not return attention weights")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -109,6 +123,12 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
                 "attn_implementation='fold' with fold_caches: only causal (decoder) attention "
                 "goes through FoldKVCache"
             )
+        if sliding_window is not None and caches.max_len > sliding_window:
+            raise NotImplementedError(
+                f"attn_implementation='fold' with fold_caches: FoldKVCache attends every cached "
+                f"token; a sliding window of {sliding_window} tokens would be ignored beyond it "
+                f"(max_len {caches.max_len}: use max_len <= {sliding_window})"
+            )
         return caches.attend(module, q, k, v, scaling), None
     batch, q_len = q.shape[0], q.shape[1]
     if k.shape[1] != q_len:
@@ -126,11 +146,12 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
             raise ValueError("attn_implementation='fold': packed sequences need batch size 1")
         cu = cu.to(device=q.device, dtype=torch.int32)
         out = fold_attn_varlen_func(q[0], k[0], v[0], cu, max_seqlen=kwargs.get("max_length_q"),
-                                    causal=causal, softmax_scale=scaling)
+                                    causal=causal, softmax_scale=scaling, window_size=window)
         return out.unsqueeze(0).to(dtype), None
 
     if attention_mask is None:
-        return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling), None
+        return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling,
+                              window_size=window), None
 
     # Padding: gather the real tokens of each row into a packed batch, then scatter back. That
     # packs the queries by the keys' mask: right for self-attention only.
@@ -155,7 +176,7 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
         return x.reshape(batch * q_len, *x.shape[2:]).index_select(0, index)
 
     packed = fold_attn_varlen_func(pack(q), pack(k), pack(v), cu, causal=causal,
-                                   softmax_scale=scaling)
+                                   softmax_scale=scaling, window_size=window)
     out = q.new_zeros((batch * q_len,) + tuple(packed.shape[1:]))
     out = out.index_copy(0, index, packed)
     return out.reshape(batch, q_len, *packed.shape[1:]), None
@@ -188,6 +209,7 @@ class FoldLayerCaches:
                  device="cpu", **cache_kwargs):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.dtype = dtype
+        self.max_len = max_len
         self.layers = [
             FoldKVCache(batch, config.num_attention_heads, config.num_key_value_heads, head_dim,
                         max_len, depth=depth, v8=v8, dtype=dtype, device=device, **cache_kwargs)

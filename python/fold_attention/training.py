@@ -38,10 +38,21 @@ def _require_backend(spec: AttnSpec, fn: str) -> None:
                 f"{fn}: the CUDA training kernels take head_dim in {CUDA_HEAD_DIMS}, got "
                 f"{spec.head_dim} (use CPU tensors for other head dimensions)"
             )
+        if spec.window_cuts():
+            raise NotImplementedError(
+                f"{fn}: window_size={_window_size(spec)}: the CUDA training kernels take no "
+                f"sliding window shorter than the sequence ({spec.seqlen} tokens) yet; the CPU "
+                "reference takes any"
+            )
         return
     raise NotImplementedError(
         f"{fn}: no kernels for device type {spec.device.type!r}; use CPU tensors"
     )
+
+
+def _window_size(spec: AttnSpec) -> tuple[int, int]:
+    """The spec's window as FlashAttention's window_size (left, right), -1 unbounded."""
+    return spec.window_before - 1, spec.window_after - 1
 
 
 def _cuda_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
@@ -165,7 +176,7 @@ def _check_op_tensors(fn: str, q, k, v, cu_seqlens, out=None, dout=None, lse=Non
 
 
 def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: float,
-             fn: str = "fold_attention") -> AttnSpec:
+             fn: str = "fold_attention", window_before: int = 0, window_after: int = 0) -> AttnSpec:
     """The AttnSpec of an already validated call, rebuilt from its tensors (no host sync). The
     scale is checked and rounded to float32 here too: under torch.compile a symbolic scale
     reaches the op unchecked (check_softmax_scale)."""
@@ -178,12 +189,16 @@ def _spec_of(q, k, v, cu_seqlens, seqlen: int, causal: bool, softmax_scale: floa
     else:
         batch, seqlen, total = q.shape[0], q.shape[1], q.shape[0] * q.shape[1]
         cu_host = None
+    for name, side in (("window_before", window_before), ("window_after", window_after)):
+        if not 0 <= int(side) <= 2**31 - 1:  # (the C ABI's int32; 0: unbounded)
+            raise ValueError(f"{fn}: {name} must be in [0, 2**31 - 1], got {side}")
     return AttnSpec(
         varlen=varlen, batch=int(batch), seqlen=int(seqlen), total_tokens=int(total),
         n_heads=int(q.shape[-2]), n_kv_heads=int(k.shape[-2]), head_dim=int(q.shape[-1]),
         dtype=q.dtype, device=q.device, causal=bool(causal),
         softmax_scale=float32_scale(float(softmax_scale), fn),
         cu_seqlens=None if cu_seqlens is None else cu_seqlens.contiguous(), cu_seqlens_host=cu_host,
+        window_before=int(window_before), window_after=int(window_after),
     )
 
 
@@ -193,9 +208,11 @@ def _layout_for(device: torch.device):
 
 @torch.library.custom_op("fold_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
-            seqlen: int, causal: bool, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+            seqlen: int, causal: bool, softmax_scale: float, window_before: int = 0,
+            window_after: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::fwd", q, k, v, cu_seqlens)
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd")
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd",
+                    window_before, window_after)
     layout = _layout_for(spec.device)
     q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
     out, lse, _ = _forward(spec, q, k, v)
@@ -203,7 +220,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
+def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=0, window_after=0):
     total = q.shape[0] if cu_seqlens is not None else q.shape[0] * q.shape[1]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[-2], total), dtype=torch.float32, device=q.device)
@@ -215,18 +232,21 @@ def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
 @torch.library.custom_op("fold_attention::fwd_train", mutates_args=())
 def _fwd_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   cu_seqlens: torch.Tensor | None, seqlen: int, causal: bool,
-                  softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  softmax_scale: float, window_before: int = 0, window_after: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::fwd_train", q, k, v, cu_seqlens)
     if q.device.type != "cuda":
         raise ValueError("fold_attention::fwd_train: q must be a CUDA tensor (use "
                          "fold_attention::fwd on the CPU)")
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd_train")
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd_train",
+                    window_before, window_after)
     q, k, v = (_cuda_layout(x, spec.varlen) for x in (q, k, v))
     return _forward(spec, q, k, v, kv_bounds=True)
 
 
 @_fwd_train_op.register_fake
-def _fwd_train_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
+def _fwd_train_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=0,
+                    window_after=0):
     out, lse = _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
     batch = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
     bounds = torch.empty((batch, k.shape[-2], BWD_BOUNDS), dtype=torch.float32, device=q.device)
@@ -236,10 +256,12 @@ def _fwd_train_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale):
 @torch.library.custom_op("fold_attention::bwd", mutates_args=())
 def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             dout: torch.Tensor, lse: torch.Tensor, cu_seqlens: torch.Tensor | None, seqlen: int,
-            causal: bool, softmax_scale: float, kv_bounds: torch.Tensor | None = None
+            causal: bool, softmax_scale: float, kv_bounds: torch.Tensor | None = None,
+            window_before: int = 0, window_after: int = 0
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::bwd", q, k, v, cu_seqlens, out, dout, lse)
-    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::bwd")
+    spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::bwd",
+                    window_before, window_after)
     if kv_bounds is not None:
         want = (spec.batch, spec.n_kv_heads, BWD_BOUNDS)
         if (tuple(kv_bounds.shape) != want or kv_bounds.dtype != torch.float32
@@ -256,18 +278,19 @@ def _bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor
 
 @_bwd_op.register_fake
 def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale,
-              kv_bounds=None):
+              kv_bounds=None, window_before=0, window_after=0):
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(k.shape, dtype=k.dtype, device=k.device),
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, seqlen, causal, softmax_scale = inputs
+    q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before, window_after = inputs
     out, lse = output[0], output[1]
     bounds = output[2] if len(output) > 2 else None
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, bounds)
     ctx.options = (seqlen, causal, softmax_scale)
+    ctx.window = (window_before, window_after)
     ctx.mark_non_differentiable(*output[1:])
 
 
@@ -276,10 +299,10 @@ def _fwd_backward(ctx, dout, *_unused):
     q, k, v, out, lse, cu_seqlens, bounds = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options, bounds)
+    dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options, bounds, *ctx.window)
     need_q, need_k, need_v = ctx.needs_input_grad[:3]
     return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
-            None, None, None, None)
+            None, None, None, None, None, None)
 
 
 _fwd_op.register_autograd(_fwd_backward, setup_context=_setup_context)
@@ -326,7 +349,7 @@ def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     _refuse_forward_ad(fn, q, k, v)
     op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
     out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
-                  spec.causal, spec.softmax_scale)[:2]
+                  spec.causal, spec.softmax_scale, spec.window_before, spec.window_after)[:2]
     if not return_lse:
         return out
     if not spec.varlen:
@@ -335,7 +358,7 @@ def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     return out, lse
 
 
-def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=(-1, -1)):
     """Self-attention over a dense batch.
 
     Args:
@@ -346,6 +369,11 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False):
         softmax_scale: defaults to 1 / sqrt(head_dim).
         return_lse: also return the natural-log LSE, float32 (batch, n_heads, seqlen),
             which is not differentiable.
+        window_size: (left, right), FlashAttention's sliding window: query i sees keys
+            i - left .. i + right of its own sequence (with causal, right is 0); -1 is
+            unbounded on that side. A side at least as long as the sequence masks nothing.
+            The CUDA kernels take only windows that mask nothing yet (NotImplementedError
+            otherwise); the CPU reference takes any.
 
     Returns:
         out (q's shape and dtype), or (out, lse) when return_lse is True. The backward
@@ -353,14 +381,16 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False):
     """
     fn = "fold_attn_func"
     spec = validate_attention(
-        q, k, v, fn=fn, varlen=False, causal=causal, softmax_scale=softmax_scale
+        q, k, v, fn=fn, varlen=False, causal=causal, softmax_scale=softmax_scale,
+        window_size=window_size,
     )
     return_lse = require_flag(return_lse, "return_lse", fn)
     return _run(spec, q, k, v, return_lse, fn)
 
 
 def fold_attn_varlen_func(
-    q, k, v, cu_seqlens, max_seqlen=None, causal=False, softmax_scale=None, return_lse=False
+    q, k, v, cu_seqlens, max_seqlen=None, causal=False, softmax_scale=None, return_lse=False,
+    window_size=(-1, -1),
 ):
     """Self-attention over packed variable-length sequences.
 
@@ -373,7 +403,8 @@ def fold_attn_varlen_func(
             read on the host: the packed length then bounds every sequence (always correct,
             also for other offsets at replay, but the kernels launch idle blocks for it), and
             the offsets' values are not validated (the kernels clamp them on the device).
-        causal, softmax_scale: as in fold_attn_func.
+        causal, softmax_scale, window_size: as in fold_attn_func (the window's positions
+            are each sequence's own: it never reaches into a neighbour).
         return_lse: also return the LSE, float32 (n_heads, total_tokens), not
             differentiable.
     """
@@ -388,6 +419,7 @@ def fold_attn_varlen_func(
         max_seqlen=max_seqlen,
         causal=causal,
         softmax_scale=softmax_scale,
+        window_size=window_size,
     )
     return_lse = require_flag(return_lse, "return_lse", fn)
     return _run(spec, q, k, v, return_lse, fn)

@@ -1,7 +1,16 @@
 // Library-level C entry points: version, build features, problem checks.
+#include <cstddef>
+
 #include "core/status.h"
 #include "core/validate.h"
 #include "fold_attention/fold_attention.h"
+
+// The Python binding (_lib.FoldAttnProblem) mirrors this layout with ctypes; its test checks
+// the same offsets from the other side.
+static_assert(sizeof(fold_attn_problem_t) == 56, "fold_attn_problem_t layout changed");
+static_assert(offsetof(fold_attn_problem_t, softmax_scale) == 44, "layout changed");
+static_assert(offsetof(fold_attn_problem_t, window_before) == 48, "layout changed");
+static_assert(offsetof(fold_attn_problem_t, window_after) == 52, "layout changed");
 
 #define FOLD_STR2(x) #x
 #define FOLD_STR(x) FOLD_STR2(x)

@@ -72,6 +72,10 @@ void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens) {
   dtype_size(p->dtype);
   if (p->causal != 0 && p->causal != 1)
     fail("causal=" + std::to_string(p->causal) + " must be 0 or 1");
+  if (p->window_before < 0)
+    fail("window_before=" + std::to_string(p->window_before) + " must be >= 0 (0: unbounded)");
+  if (p->window_after < 0)
+    fail("window_after=" + std::to_string(p->window_after) + " must be >= 0 (0: unbounded)");
   if (!std::isfinite(p->softmax_scale) || !(p->softmax_scale > 0.0f))
     fail("softmax_scale=" + std::to_string(p->softmax_scale) + " must be finite and > 0");
   if (p->total_tokens < 0 || p->total_tokens > kMaxTokens)

@@ -21,6 +21,7 @@
 #include "core/float_bits.h"
 #include "core/grid_scale.h"
 #include "core/tile_plan.h"
+#include "core/window.h"
 #include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/rows.h"
@@ -85,11 +86,14 @@ void backward_group(const fold_attn_problem_t &p, const fold_tensor_t &q, const 
     std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
 
-    // Query blocks that see this key block: with causal masking, those ending after k0.
+    // Query blocks that can see this key block (causal masking, a sliding window:
+    // core/window.h), aligned to the request's start.
     std::vector<Tile> tiles;
-    const int64_t q_begin = p.causal ? (k0 / plan.block_m) * plan.block_m : 0;
+    int64_t q_lo = 0, q_end = 0;
+    seeing_queries(p, k0, k0 + nk, r.len, &q_lo, &q_end);
+    const int64_t q_begin = (q_lo / plan.block_m) * plan.block_m;
     for (int h = hk * group; h < (hk + 1) * group; ++h)
-      for (int64_t q0 = q_begin; q0 < r.len; q0 += plan.block_m) tiles.push_back(Tile{h, q0});
+      for (int64_t q0 = q_begin; q0 < q_end; q0 += plan.block_m) tiles.push_back(Tile{h, q0});
     if (order && order->inner_seed)
       std::shuffle(tiles.begin(), tiles.end(),
                    std::mt19937_64(order->inner_seed + kb * 7919 + b * 131 + hk));
@@ -107,7 +111,7 @@ void backward_group(const fold_attn_problem_t &p, const fold_tensor_t &q, const 
       }
       for (int i = 0; i < nq; ++i) {
         for (int j = 0; j < nk; ++j) {
-          const bool masked = p.causal && (k0 + j > q0 + i);
+          const bool masked = !key_visible(p, q0 + i, k0 + j);
           float pij = 0.0f, dsij = 0.0f;
           if (!masked) {
             // P <= 1 holds exactly for the true LSE; the stored one is rounded (and huge

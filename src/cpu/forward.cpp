@@ -3,11 +3,13 @@
 // Per (request, head, query block): scores s = (q . k) * scale * log2(e) in fp32; a running
 // row max m and sum l; P = 2^(s - m) is summed in fp32 and rounded to the input dtype
 // before the P.V product (the GPU's 16-bit operand); out = acc / l; lse = (m + log2 l) ln 2.
+// Masked keys (causal, sliding window: core/window.h) get s = -inf; every row sees its own key.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/tile_plan.h"
+#include "core/window.h"
 #include "cpu/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/rows.h"
@@ -41,8 +43,11 @@ void forward_head(const fold_attn_problem_t &p, const fold_tensor_t &q, const fo
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(m.begin(), m.end(), neg_inf);
     std::fill(l.begin(), l.end(), 0.0f);
-    const int64_t k_end = p.causal ? std::min<int64_t>(r.len, q0 + bm) : r.len;
-    for (int64_t k0 = 0; k0 < k_end; k0 += plan.block_n) {
+    // Key blocks that can hold a visible key, aligned to the request's start like the
+    // kernels' (a sliding window skips the blocks wholly before or after it).
+    int64_t k_lo = 0, k_end = 0;
+    visible_keys(p, q0, q0 + bm, r.len, &k_lo, &k_end);
+    for (int64_t k0 = k_lo / plan.block_n * plan.block_n; k0 < k_end; k0 += plan.block_n) {
       const int bn = static_cast<int>(std::min<int64_t>(plan.block_n, k_end - k0));
       load_rows<T>(p, k, b, r, k0, bn, hk, ks.data());
       load_rows<T>(p, v, b, r, k0, bn, hk, vs.data());
@@ -50,7 +55,7 @@ void forward_head(const fold_attn_problem_t &p, const fold_tensor_t &q, const fo
         const float *qi = &qs[static_cast<size_t>(i) * D];
         float row_max = m[i];
         for (int j = 0; j < bn; ++j) {
-          const bool masked = p.causal && (k0 + j > q0 + i);
+          const bool masked = !key_visible(p, q0 + i, k0 + j);
           srow[j] = masked ? neg_inf : dot(qi, &ks[static_cast<size_t>(j) * D], D) * scale_log2;
           row_max = std::max(row_max, srow[j]);
         }

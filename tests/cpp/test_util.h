@@ -58,6 +58,7 @@ struct HostTensor {
 struct Case {
   std::vector<int32_t> lengths;
   int n_heads = 4, n_kv_heads = 2, head_dim = 64, dtype = FOLD_DTYPE_BF16, causal = 1;
+  int window_before = 0, window_after = 0;  // 0: unbounded
 };
 
 // A packed problem over `cu` (host offsets) for a case.
@@ -73,6 +74,8 @@ inline fold_attn_problem_t packed_problem(const Case &c, const std::vector<int32
   p.head_dim = c.head_dim;
   p.dtype = c.dtype;
   p.causal = c.causal;
+  p.window_before = c.window_before;
+  p.window_after = c.window_after;
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   return p;
 }
@@ -103,31 +106,38 @@ inline Naive naive_attention(const fold_attn_problem_t &p, const HostTensor &q, 
     for (int h = 0; h < H; ++h) {
       const int hk = h / G;
       for (int64_t i = 0; i < len; ++i) {
-        const int64_t nk = p.causal ? i + 1 : len;
+        // Keys [j0, j0 + nk) are visible: causal, then the window's two sides (written out
+        // here rather than through core/window.h, so the reference's rule is tested).
+        int64_t j0 = 0, j1 = p.causal ? i + 1 : len;
+        if (p.window_before > 0) j0 = std::max<int64_t>(0, i - p.window_before + 1);
+        if (p.window_after > 0) j1 = std::min<int64_t>(j1, i + p.window_after);
+        const int64_t nk = j1 - j0;
+        // s / pr index the visible keys: entry jj is key j0 + jj.
         std::vector<double> s(static_cast<size_t>(nk)), pr(static_cast<size_t>(nk));
         double mx = -INFINITY;
-        for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t jj = 0; jj < nk; ++jj) {
           double acc = 0;
-          for (int d = 0; d < D; ++d) acc += double(q.at(t0 + i, h, d)) * k.at(t0 + j, hk, d);
-          s[j] = acc * p.softmax_scale;
-          mx = std::max(mx, s[j]);
+          for (int d = 0; d < D; ++d) acc += double(q.at(t0 + i, h, d)) * k.at(t0 + j0 + jj, hk, d);
+          s[jj] = acc * p.softmax_scale;
+          mx = std::max(mx, s[jj]);
         }
         double sum = 0;
-        for (int64_t j = 0; j < nk; ++j) sum += (pr[j] = std::exp(s[j] - mx));
-        for (int64_t j = 0; j < nk; ++j) pr[j] /= sum;
+        for (int64_t jj = 0; jj < nk; ++jj) sum += (pr[jj] = std::exp(s[jj] - mx));
+        for (int64_t jj = 0; jj < nk; ++jj) pr[jj] /= sum;
         n.lse[(t0 + i) * H + h] = mx + std::log(sum);
         double *o = &n.out[((t0 + i) * H + h) * D];
-        for (int64_t j = 0; j < nk; ++j)
-          for (int d = 0; d < D; ++d) o[d] += pr[j] * v.at(t0 + j, hk, d);
+        for (int64_t jj = 0; jj < nk; ++jj)
+          for (int d = 0; d < D; ++d) o[d] += pr[jj] * v.at(t0 + j0 + jj, hk, d);
         if (!dout) continue;
         double delta = 0;
         for (int d = 0; d < D; ++d) delta += double(dout->at(t0 + i, h, d)) * o[d];
-        for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          const int64_t j = j0 + jj;
           double dp = 0;
           for (int d = 0; d < D; ++d) dp += double(dout->at(t0 + i, h, d)) * v.at(t0 + j, hk, d);
-          const double ds = pr[j] * (dp - delta);
+          const double ds = pr[jj] * (dp - delta);
           for (int d = 0; d < D; ++d) {
-            n.dv[((t0 + j) * Hk + hk) * D + d] += pr[j] * dout->at(t0 + i, h, d);
+            n.dv[((t0 + j) * Hk + hk) * D + d] += pr[jj] * dout->at(t0 + i, h, d);
             n.dq[((t0 + i) * H + h) * D + d] += ds * k.at(t0 + j, hk, d) * p.softmax_scale;
             n.dk[((t0 + j) * Hk + hk) * D + d] += ds * q.at(t0 + i, h, d) * p.softmax_scale;
           }

@@ -113,8 +113,10 @@ def test_unsupported_options_raise():
     module = torch.nn.Module()
     with pytest.raises(NotImplementedError, match="dropout"):
         fold_hf.fold_attention_forward(module, q, k, k, None, dropout=0.1)
-    with pytest.raises(NotImplementedError, match="sliding"):
-        fold_hf.fold_attention_forward(module, q, k, k, None, sliding_window=4)
+    with pytest.raises(NotImplementedError, match="soft-capping"):
+        fold_hf.fold_attention_forward(module, q, k, k, None, softcap=30.0)
+    with pytest.raises(ValueError, match="sliding_window must be >= 1"):
+        fold_hf.fold_attention_forward(module, q, k, k, None, sliding_window=0)
     with pytest.raises(NotImplementedError, match="FoldKVCache"):
         fold_hf.fold_attention_forward(module, q[:, :, :1], k, k, None)
 
@@ -362,3 +364,55 @@ def test_real_model_end_to_end_on_gpu():
         assert agree >= 0.75, (depth, agree)
         assert (logits - ref_logits).abs().max().item() < 1.0, depth
         assert 0.0 < stats["live_frac"] <= 1.0
+
+
+def _mistral(impl, window, seed=0, hidden=64):
+    cfg = transformers.MistralConfig(
+        vocab_size=97, hidden_size=hidden, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        sliding_window=window, attn_implementation=impl,
+    )
+    torch.manual_seed(seed)
+    model = transformers.MistralForCausalLM(cfg).float()
+    model.config._attn_implementation = impl
+    return model
+
+
+def test_sliding_window_model_matches_sdpa(monkeypatch):
+    """A Mistral-style model whose window (8) is shorter than the sequence (33): transformers
+    passes sliding_window, FoldAttention applies it (CPU reference), values and gradients match
+    SDPA with transformers' own sliding-window mask; a padded batch keeps each row's window."""
+    seen = []
+    real = fold_hf.fold_attn_func
+    monkeypatch.setattr(fold_hf, "fold_attn_func",
+                        lambda *a, **k: seen.append(k.get("window_size")) or real(*a, **k))
+    ids = torch.randint(0, 97, (2, 33))
+    ref_logits, ref_grads = _loss_and_grads(_mistral("sdpa", 8), input_ids=ids)
+    logits, grads = _loss_and_grads(_mistral(fold_hf.NAME, 8), input_ids=ids)
+    assert seen == [(7, 7), (7, 7)]
+    assert torch.allclose(logits, ref_logits, atol=2e-5, rtol=1e-4)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=2e-5, rtol=1e-3), name
+    # Without the window the logits differ: the test above saw the window applied.
+    full_logits, _ = _loss_and_grads(_mistral(fold_hf.NAME, None), input_ids=ids)
+    assert not torch.allclose(full_logits, logits, atol=1e-3)
+    # Right padding: the real tokens' rows are those of the unpadded sequence.
+    model = _mistral(fold_hf.NAME, 8)
+    mask = torch.ones(2, 33, dtype=torch.long)
+    mask[1, 20:] = 0
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).logits
+        alone = model(input_ids=ids[1:, :20]).logits
+    assert torch.allclose(padded[1, :20], alone[0], atol=1e-5)
+
+
+def test_fold_caches_refuse_a_window_shorter_than_the_cache():
+    model = _mistral(fold_hf.NAME, 8, hidden=256)
+    ids = torch.randint(0, 97, (1, 5))
+    caches = fold_hf.FoldLayerCaches(model.config, batch=1, max_len=16, depth=None)
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="sliding window of 8"):
+        model(input_ids=ids, fold_caches=caches, use_cache=False)
+    # A cache no longer than the window: the window masks nothing, the caches run.
+    caches = fold_hf.FoldLayerCaches(model.config, batch=1, max_len=8, depth=None)
+    with torch.no_grad():
+        model(input_ids=ids, fold_caches=caches, use_cache=False)
