@@ -52,7 +52,7 @@ class AttnSpec:
     cu_seqlens: torch.Tensor | None  # contiguous int32, on `device`
     cu_seqlens_host: torch.Tensor | None  # contiguous int32 on the CPU (same values)
     # The sliding window in the C ABI's terms (fold_attn_problem_t): 0 unbounded, else
-    # window_size[0] + 1 / window_size[1] + 1. Canonical: 0 where the window masks nothing.
+    # window_size[0] + 1 / window_size[1] + 1 (window_after 0 under causal masking).
     window_before: int = 0
     window_after: int = 0
 
@@ -345,11 +345,11 @@ def validate_attention(
         cu_dev = cu_host = None
 
     scale = check_softmax_scale(softmax_scale, D, fn)
-    # Canonical windows: a side that masks nothing in requests of up to `seqlen` tokens (or,
-    # after the query, under causal masking) is unbounded, so such calls are the plain ones.
-    if window_before >= seqlen:
-        window_before = 0
-    if causal or window_after >= seqlen:
+    # Causal masking already hides every key after the query: the window's after side is moot.
+    # (A side longer than the sequences is kept as given: which kernel instance runs may depend
+    # on the arguments, never on the lengths in the batch, so that a request's bits are the same
+    # alone and in any batch.)
+    if causal:
         window_after = 0
     return AttnSpec(
         varlen=varlen,

@@ -191,14 +191,18 @@ def test_cuda_path_refuses_a_window_its_kernels_do_not_apply(monkeypatch):
         training._require_backend(spec, "fold_attn_func")
 
 
-def test_spec_canonicalises_windows_that_mask_nothing():
+def test_spec_keeps_the_window_as_given():
+    """Only the after side under causal masking is dropped (moot); a side longer than the
+    sequence is kept, so the call's kernel path never depends on the batch's lengths."""
     q, k, v = _inputs(1, 10, 2, 2, 16)
     from fold_attention._validate import validate_attention
 
-    spec = validate_attention(q, k, v, fn="f", varlen=False, causal=True, window_size=(9, 4))
-    assert (spec.window_before, spec.window_after) == (0, 0)
+    spec = validate_attention(q, k, v, fn="f", varlen=False, causal=True, window_size=(99, 4))
+    assert (spec.window_before, spec.window_after) == (100, 0)
+    assert not spec.window_cuts()
     spec = validate_attention(q, k, v, fn="f", varlen=False, causal=False, window_size=(8, 3))
     assert (spec.window_before, spec.window_after) == (9, 4)
+    assert spec.window_cuts()
 
 
 @pytest.mark.skipif(not gpu_ready()[0], reason=gpu_ready()[1] or "GPU")
