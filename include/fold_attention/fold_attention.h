@@ -100,6 +100,14 @@ typedef struct fold_attn_problem {
    * FOLD_ERR_UNSUPPORTED); the CPU reference takes any. */
   int32_t window_before;
   int32_t window_after;
+  /* Attention sinks (gpt-oss): NULL, or n_heads float32 logits in the scaled-score space
+   * (natural log, like softmax_scale * q.k), on the tensors' device. Head h's sink takes
+   * softmax mass exp(sinks[h]) in every row's denominator and gives no value: out_i =
+   * sum_j exp(s_ij) v_j / (sum_j exp(s_ij) + exp(sinks[h])), and the LSE includes it. The
+   * forward reads it; the backward takes the forward's LSE (the sink's mass included) and
+   * reads no sink: dq, dk, dv follow, and d sinks[h] = -sum_i exp(sinks[h] - lse_i) Delta_i
+   * (Delta from the preprocess) is the caller's. CUDA: not yet (FOLD_ERR_UNSUPPORTED). */
+  const float *sinks;
 } fold_attn_problem_t;
 
 /* ---- library ----------------------------------------------------------------------- */

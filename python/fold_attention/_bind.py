@@ -97,10 +97,11 @@ def float_ptr(x: torch.Tensor):
     return ctypes.cast(x.data_ptr(), _P_FLOAT)
 
 
-def make_problem(spec: AttnSpec, host: bool) -> FoldAttnProblem:
-    """The fold_attn_problem_t of `spec`; cu_seqlens points at host or device memory.
+def make_problem(spec: AttnSpec, host: bool, sinks=None) -> FoldAttnProblem:
+    """The fold_attn_problem_t of `spec`; cu_seqlens points at host or device memory; sinks
+    (None, or a contiguous float32 tensor of n_heads on the call's device) as given.
 
-    The caller keeps `spec` (and so the cu_seqlens tensors) alive across the C call.
+    The caller keeps `spec` (and so the cu_seqlens tensors) and sinks alive across the C call.
     """
     if spec.varlen:
         cu = spec.cu_seqlens_host if host else spec.cu_seqlens
@@ -121,4 +122,5 @@ def make_problem(spec: AttnSpec, host: bool) -> FoldAttnProblem:
         softmax_scale=spec.softmax_scale,
         window_before=spec.window_before,
         window_after=spec.window_after,
+        sinks=None if sinks is None else sinks.data_ptr(),
     )

@@ -99,6 +99,7 @@ class FoldAttnProblem(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("window_before", ctypes.c_int32),  # 0: unbounded (FlashAttention's window_size[0] + 1)
         ("window_after", ctypes.c_int32),  # 0: unbounded (window_size[1] + 1)
+        ("sinks", ctypes.c_void_p),  # NULL, or n_heads float32 sink logits (the forward's)
     ]
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "require_int",
     "check_softmax_scale",
     "check_window_size",
+    "check_sinks",
     "check_cu_seqlens",
     "validate_attention",
     "validate_like",
@@ -168,6 +169,22 @@ def check_window_size(window_size, fn: str) -> tuple[int, int]:
         value = require_int(x, name, fn, minimum=-1, maximum=_INT32_MAX - 1)
         sides.append(value + 1)  # -1 -> 0: unbounded
     return sides[0], sides[1]
+
+
+def check_sinks(sinks, spec: AttnSpec, fn: str):
+    """None, or the sinks as a contiguous float32 tensor of (n_heads,) on the call's device (a
+    differentiable conversion: gradients reach the caller's tensor in its dtype)."""
+    if sinks is None:
+        return None
+    sinks = require_tensor(sinks, "sinks", fn)
+    if not sinks.is_floating_point():
+        raise TypeError(f"{fn}: sinks must be a floating tensor, got {sinks.dtype}")
+    if tuple(sinks.shape) != (spec.n_heads,):
+        raise ValueError(f"{fn}: sinks must have shape ({spec.n_heads},) (one per query head), "
+                         f"got {tuple(sinks.shape)}")
+    if sinks.device != spec.device:
+        raise ValueError(f"{fn}: sinks is on {sinks.device} but q is on {spec.device}")
+    return sinks.float().contiguous()
 
 
 def check_cu_seqlens(cu_seqlens, total_tokens: int, device: torch.device, fn: str,

@@ -13,9 +13,10 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
 Sliding-window layers (Mistral, Qwen2, Gemma, ...) pass transformers' ``sliding_window`` on as
 ``window_size=(sliding_window - 1, sliding_window - 1)``, as transformers does for
 FlashAttention; on CUDA a window shorter than the sequence raises until the kernels take it
-(the CPU reference applies any). Attention dropout, soft-capping and sinks are not supported and
-raise, as does a padding mask on cross-attention (the mask is the keys', the queries are other
-tokens).
+(the CPU reference applies any). gpt-oss's attention sinks (``s_aux``) pass on as ``sinks`` (the
+CPU reference; CUDA raises until its forward takes them). Attention dropout and soft-capping are
+not supported and raise, as does a padding mask on cross-attention (the mask is the keys', the
+queries are other tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
 then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts
@@ -100,11 +101,10 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
     """AttentionInterface function: (B, H, S, D) tensors in, ((B, S, H, D), None) out."""
     if dropout:
         raise NotImplementedError("attn_implementation='fold': attention dropout is not supported")
-    if softcap is not None or s_aux is not None:
-        raise NotImplementedError(
-            "attn_implementation='fold': soft-capping and sinks are not supported"
-        )
+    if softcap is not None:
+        raise NotImplementedError("attn_implementation='fold': soft-capping is not supported")
     window = _window_size(sliding_window)
+    sinks = s_aux  # gpt-oss's per-head sink logits (None elsewhere)
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("attn_implementation='fold' does not return attention weights")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -122,6 +122,10 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
             raise NotImplementedError(
                 "attn_implementation='fold' with fold_caches: only causal (decoder) attention "
                 "goes through FoldKVCache"
+            )
+        if sinks is not None:
+            raise NotImplementedError(
+                "attn_implementation='fold' with fold_caches: FoldKVCache takes no attention sinks"
             )
         if sliding_window is not None and caches.max_len > sliding_window:
             raise NotImplementedError(
@@ -146,12 +150,13 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
             raise ValueError("attn_implementation='fold': packed sequences need batch size 1")
         cu = cu.to(device=q.device, dtype=torch.int32)
         out = fold_attn_varlen_func(q[0], k[0], v[0], cu, max_seqlen=kwargs.get("max_length_q"),
-                                    causal=causal, softmax_scale=scaling, window_size=window)
+                                    causal=causal, softmax_scale=scaling, window_size=window,
+                                    sinks=sinks)
         return out.unsqueeze(0).to(dtype), None
 
     if attention_mask is None:
         return fold_attn_func(q, k, v, causal=causal, softmax_scale=scaling,
-                              window_size=window), None
+                              window_size=window, sinks=sinks), None
 
     # Padding: gather the real tokens of each row into a packed batch, then scatter back. That
     # packs the queries by the keys' mask: right for self-attention only.
@@ -176,7 +181,7 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
         return x.reshape(batch * q_len, *x.shape[2:]).index_select(0, index)
 
     packed = fold_attn_varlen_func(pack(q), pack(k), pack(v), cu, causal=causal,
-                                   softmax_scale=scaling, window_size=window)
+                                   softmax_scale=scaling, window_size=window, sinks=sinks)
     out = q.new_zeros((batch * q_len,) + tuple(packed.shape[1:]))
     out = out.index_copy(0, index, packed)
     return out.reshape(batch, q_len, *packed.shape[1:]), None

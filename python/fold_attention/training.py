@@ -15,7 +15,8 @@ import torch
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
 from ._device import require_cuda_kernels
-from ._validate import SUPPORTED_DTYPES, AttnSpec, float32_scale, require_flag, validate_attention
+from ._validate import (SUPPORTED_DTYPES, AttnSpec, check_sinks, float32_scale, require_flag,
+                        validate_attention)
 
 __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 
@@ -23,7 +24,7 @@ __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 CUDA_HEAD_DIMS = (64, 96, 128, 256)
 
 
-def _require_backend(spec: AttnSpec, fn: str) -> None:
+def _require_backend(spec: AttnSpec, fn: str, sinks=None) -> None:
     if spec.device.type == "cpu":
         return
     if spec.device.type == "cuda":
@@ -37,6 +38,11 @@ def _require_backend(spec: AttnSpec, fn: str) -> None:
             raise NotImplementedError(
                 f"{fn}: the CUDA training kernels take head_dim in {CUDA_HEAD_DIMS}, got "
                 f"{spec.head_dim} (use CPU tensors for other head dimensions)"
+            )
+        if sinks is not None:
+            raise NotImplementedError(
+                f"{fn}: sinks: the CUDA training forward takes no attention sinks yet; the CPU "
+                "reference does"
             )
         if spec.window_cuts():
             raise NotImplementedError(
@@ -76,7 +82,7 @@ def _stream(device: torch.device):
 BWD_BOUNDS = 4
 
 
-def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False):
+def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False, sinks=None):
     """out (q's shape and dtype, contiguous), lse float32 (n_heads, total_tokens) and, with
     kv_bounds (CUDA only), the K / V bounds float32 (batch, n_kv_heads, 4) for the backward
     (fold_fwd_cuda_kv_bounds); else None."""
@@ -93,7 +99,7 @@ def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False):
     lib = _lib.library()
     args = [fold_tensor(x, spec.varlen) for x in (q, k, v, out)] + [float_ptr(lse)]
     if spec.device.type == "cuda":
-        problem = make_problem(spec, host=False)
+        problem = make_problem(spec, host=False, sinks=sinks)
         with torch.cuda.device(spec.device):
             if bounds is not None:
                 status = lib.fold_fwd_cuda_kv_bounds(problem, *args, float_ptr(bounds),
@@ -105,7 +111,8 @@ def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False):
     else:
         if bounds is not None:
             raise ValueError("kv_bounds: the forward takes the K / V bounds on CUDA only")
-        _lib.check(lib.fold_fwd_cpu(make_problem(spec, host=True), *args), "fold_fwd_cpu")
+        _lib.check(lib.fold_fwd_cpu(make_problem(spec, host=True, sinks=sinks), *args),
+                   "fold_fwd_cpu")
     return out, lse, bounds
 
 
@@ -209,18 +216,21 @@ def _layout_for(device: torch.device):
 @torch.library.custom_op("fold_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor | None,
             seqlen: int, causal: bool, softmax_scale: float, window_before: int = 0,
-            window_after: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+            window_after: int = 0, sinks: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::fwd", q, k, v, cu_seqlens)
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd",
                     window_before, window_after)
+    sinks = _op_sinks(sinks, spec, "fold_attention::fwd")
     layout = _layout_for(spec.device)
     q, k, v = (layout(x, spec.varlen) for x in (q, k, v))
-    out, lse, _ = _forward(spec, q, k, v)
+    out, lse, _ = _forward(spec, q, k, v, sinks=sinks)
     return out, lse
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=0, window_after=0):
+def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=0, window_after=0,
+              sinks=None):
     total = q.shape[0] if cu_seqlens is not None else q.shape[0] * q.shape[1]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[-2], total), dtype=torch.float32, device=q.device)
@@ -232,7 +242,8 @@ def _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=
 @torch.library.custom_op("fold_attention::fwd_train", mutates_args=())
 def _fwd_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   cu_seqlens: torch.Tensor | None, seqlen: int, causal: bool,
-                  softmax_scale: float, window_before: int = 0, window_after: int = 0
+                  softmax_scale: float, window_before: int = 0, window_after: int = 0,
+                  sinks: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_op_tensors("fold_attention::fwd_train", q, k, v, cu_seqlens)
     if q.device.type != "cuda":
@@ -240,13 +251,14 @@ def _fwd_train_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          "fold_attention::fwd on the CPU)")
     spec = _spec_of(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, "fold_attention::fwd_train",
                     window_before, window_after)
+    sinks = _op_sinks(sinks, spec, "fold_attention::fwd_train")
     q, k, v = (_cuda_layout(x, spec.varlen) for x in (q, k, v))
-    return _forward(spec, q, k, v, kv_bounds=True)
+    return _forward(spec, q, k, v, kv_bounds=True, sinks=sinks)
 
 
 @_fwd_train_op.register_fake
 def _fwd_train_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before=0,
-                    window_after=0):
+                    window_after=0, sinks=None):
     out, lse = _fwd_fake(q, k, v, cu_seqlens, seqlen, causal, softmax_scale)
     batch = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
     bounds = torch.empty((batch, k.shape[-2], BWD_BOUNDS), dtype=torch.float32, device=q.device)
@@ -284,11 +296,30 @@ def _bwd_fake(q, k, v, out, dout, lse, cu_seqlens, seqlen, causal, softmax_scale
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
 
+def _op_sinks(sinks, spec: AttnSpec, fn: str):
+    """The sinks a direct op call hands over, checked (metadata only: no host sync)."""
+    if sinks is None:
+        return None
+    if (sinks.dtype != torch.float32 or tuple(sinks.shape) != (spec.n_heads,)
+            or sinks.device != spec.device):
+        raise ValueError(f"{fn}: sinks must be float32 of shape ({spec.n_heads},) on q's device")
+    return sinks.contiguous()
+
+
+def _sinks_grad(sinks, out, dout, lse):
+    """d sinks[h] = -sum_i exp(sinks[h] - lse_i) Delta_i over head h's rows, Delta_i = dO_i . O_i,
+    in float32 by torch's reductions (deterministic run to run; a sum over the whole batch, like
+    any parameter's gradient). sinks[h] <= lse_i, so the exponential never overflows."""
+    heads = lse.shape[0]
+    delta = (dout.float() * out.float()).sum(-1).reshape(-1, heads).t()  # (heads, rows), lse's
+    return -(torch.exp(sinks[:, None] - lse) * delta).sum(1)
+
+
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before, window_after = inputs
+    q, k, v, cu_seqlens, seqlen, causal, softmax_scale, window_before, window_after, sinks = inputs
     out, lse = output[0], output[1]
     bounds = output[2] if len(output) > 2 else None
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, bounds)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, bounds, sinks)
     ctx.options = (seqlen, causal, softmax_scale)
     ctx.window = (window_before, window_after)
     ctx.mark_non_differentiable(*output[1:])
@@ -296,13 +327,17 @@ def _setup_context(ctx, inputs, output):
 
 def _fwd_backward(ctx, dout, *_unused):
     # The grads of lse (and of the bounds) are ignored: neither is differentiable.
-    q, k, v, out, lse, cu_seqlens, bounds = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens, bounds, sinks = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
+    # The backward takes the forward's LSE, which holds the sinks' mass: dq, dk, dv need nothing
+    # else from them.
     dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options, bounds, *ctx.window)
-    need_q, need_k, need_v = ctx.needs_input_grad[:3]
-    return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
-            None, None, None, None, None, None)
+    need = ctx.needs_input_grad  # (one per input passed: trailing defaults are not counted)
+    dsinks = _sinks_grad(sinks, out, dout, lse) if len(need) > 9 and need[9] else None
+    grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+             None, None, None, None, None, None, dsinks)
+    return grads[:len(need)]
 
 
 _fwd_op.register_autograd(_fwd_backward, setup_context=_setup_context)
@@ -331,25 +366,26 @@ def _train_forward(spec: AttnSpec, q, k, v) -> bool:
     return spec.n_heads == spec.n_kv_heads and spec.head_dim in KV_BOUNDS_HEAD_DIMS
 
 
-def _refuse_forward_ad(fn: str, *tensors) -> None:
+def _refuse_forward_ad(fn: str, *tensors) -> None:  # q, k, v[, sinks]
     """The ops have a backward only: under forward-mode AD (torch.func.jvp,
     torch.autograd.forward_ad) their outputs would carry zero tangents, silently wrong."""
     if torch.compiler.is_compiling():
         return
-    for name, x in zip(("q", "k", "v"), tensors):
-        if torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
+    for name, x in zip(("q", "k", "v", "sinks"), tensors):
+        if x is not None and torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
             raise NotImplementedError(
                 f"{fn}: forward-mode AD (torch.func.jvp / torch.autograd.forward_ad) is not "
                 f"supported: {name} carries a tangent, and the attention has a backward only"
             )
 
 
-def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
-    _require_backend(spec, fn)
-    _refuse_forward_ad(fn, q, k, v)
+def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str, sinks=None):
+    _require_backend(spec, fn, sinks)
+    _refuse_forward_ad(fn, q, k, v, sinks)
     op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
     out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
-                  spec.causal, spec.softmax_scale, spec.window_before, spec.window_after)[:2]
+                  spec.causal, spec.softmax_scale, spec.window_before, spec.window_after,
+                  sinks)[:2]
     if not return_lse:
         return out
     if not spec.varlen:
@@ -358,7 +394,8 @@ def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str):
     return out, lse
 
 
-def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=(-1, -1)):
+def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, window_size=(-1, -1),
+                   sinks=None):
     """Self-attention over a dense batch.
 
     Args:
@@ -372,6 +409,11 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, 
         window_size: (left, right), FlashAttention's sliding window: query i sees keys
             i - left .. i + right of its own sequence (with causal, right is 0); -1 is
             unbounded on that side. A side at least as long as the sequence masks nothing.
+        sinks: None, or a (n_heads,) floating tensor on q's device (gpt-oss's attention
+            sinks): head h's sink logit (in the scaled-score space, natural log) takes softmax
+            mass exp(sinks[h]) in every row's denominator and gives no value; the LSE includes
+            it; differentiable (its gradient is a sum over every row of the batch, deterministic
+            run to run). CPU reference only so far (CUDA: NotImplementedError).
             The CUDA kernels take only windows that mask nothing yet (NotImplementedError
             otherwise); the CPU reference takes any.
 
@@ -385,12 +427,12 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, 
         window_size=window_size,
     )
     return_lse = require_flag(return_lse, "return_lse", fn)
-    return _run(spec, q, k, v, return_lse, fn)
+    return _run(spec, q, k, v, return_lse, fn, check_sinks(sinks, spec, fn))
 
 
 def fold_attn_varlen_func(
     q, k, v, cu_seqlens, max_seqlen=None, causal=False, softmax_scale=None, return_lse=False,
-    window_size=(-1, -1),
+    window_size=(-1, -1), sinks=None,
 ):
     """Self-attention over packed variable-length sequences.
 
@@ -403,8 +445,8 @@ def fold_attn_varlen_func(
             read on the host: the packed length then bounds every sequence (always correct,
             also for other offsets at replay, but the kernels launch idle blocks for it), and
             the offsets' values are not validated (the kernels clamp them on the device).
-        causal, softmax_scale, window_size: as in fold_attn_func (the window's positions
-            are each sequence's own: it never reaches into a neighbour).
+        causal, softmax_scale, window_size, sinks: as in fold_attn_func (the window's
+            positions are each sequence's own: it never reaches into a neighbour).
         return_lse: also return the LSE, float32 (n_heads, total_tokens), not
             differentiable.
     """
@@ -422,4 +464,4 @@ def fold_attn_varlen_func(
         window_size=window_size,
     )
     return_lse = require_flag(return_lse, "return_lse", fn)
-    return _run(spec, q, k, v, return_lse, fn)
+    return _run(spec, q, k, v, return_lse, fn, check_sinks(sinks, spec, fn))

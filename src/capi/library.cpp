@@ -7,10 +7,11 @@
 
 // The Python binding (_lib.FoldAttnProblem) mirrors this layout with ctypes; its test checks
 // the same offsets from the other side.
-static_assert(sizeof(fold_attn_problem_t) == 56, "fold_attn_problem_t layout changed");
+static_assert(sizeof(fold_attn_problem_t) == 64, "fold_attn_problem_t layout changed");
 static_assert(offsetof(fold_attn_problem_t, softmax_scale) == 44, "layout changed");
 static_assert(offsetof(fold_attn_problem_t, window_before) == 48, "layout changed");
 static_assert(offsetof(fold_attn_problem_t, window_after) == 52, "layout changed");
+static_assert(offsetof(fold_attn_problem_t, sinks) == 56, "layout changed");
 
 #define FOLD_STR2(x) #x
 #define FOLD_STR(x) FOLD_STR2(x)

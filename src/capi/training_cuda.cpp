@@ -67,6 +67,14 @@ void check_training_window(const fold_attn_problem_t *p) {
                                          "); the CPU reference takes any");
 }
 
+// The forward kernels take no sinks yet (the backward reads none: it takes the forward's LSE).
+void check_no_sinks(const fold_attn_problem_t *p) {
+  if (p->sinks != nullptr)
+    fold::fail(FOLD_ERR_UNSUPPORTED,
+               "sinks: the CUDA training forward takes no attention sinks yet; the CPU reference "
+               "does");
+}
+
 struct NamedView {
   const char *name;
   const fold_tensor_t &t;
@@ -98,6 +106,7 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
   check_cuda_problem(p);
   check_training_head_dim(p);
   check_training_window(p);
+  check_no_sinks(p);
   check_views(p, {{"q", q, p->n_heads, false},
                   {"k", k, p->n_kv_heads, false},
                   {"v", v, p->n_kv_heads, false},

@@ -76,6 +76,8 @@ void check_problem(const fold_attn_problem_t *p, bool host_cu_seqlens) {
     fail("window_before=" + std::to_string(p->window_before) + " must be >= 0 (0: unbounded)");
   if (p->window_after < 0)
     fail("window_after=" + std::to_string(p->window_after) + " must be >= 0 (0: unbounded)");
+  if (p->sinks != nullptr && reinterpret_cast<uintptr_t>(p->sinks) % 4 != 0)
+    fail("sinks must be 4-byte aligned");
   if (!std::isfinite(p->softmax_scale) || !(p->softmax_scale > 0.0f))
     fail("softmax_scale=" + std::to_string(p->softmax_scale) + " must be finite and > 0");
   if (p->total_tokens < 0 || p->total_tokens > kMaxTokens)

@@ -21,6 +21,20 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// A sink's mass (base-2 logit s2) joins each row's running sum as one more key of value zero:
+// the running max moves to it where it is larger (the sum and the accumulator rescaled as for a
+// key block), and 2^(s2 - m) adds to the sum only. Without sinks nothing here runs, so those
+// results keep their bits.
+void add_sink(float s2, int rows, int D, float *m, float *l, float *acc) {
+  for (int i = 0; i < rows; ++i) {
+    const float m_new = std::max(m[i], s2);
+    const float alpha = std::exp2(m[i] - m_new);  // (m finite: every row sees its own key)
+    for (int d = 0; d < D; ++d) acc[static_cast<size_t>(i) * D + d] *= alpha;
+    l[i] = l[i] * alpha + std::exp2(s2 - m_new);
+    m[i] = m_new;
+  }
+}
+
 template <class T>
 void forward_head(const fold_attn_problem_t &p, const fold_tensor_t &q, const fold_tensor_t &k,
                   const fold_tensor_t &v, const fold_tensor_t &out, float *lse, int b, int h) {
@@ -73,6 +87,7 @@ void forward_head(const fold_attn_problem_t &p, const fold_tensor_t &q, const fo
         m[i] = row_max;
       }
     }
+    if (p.sinks != nullptr) add_sink(p.sinks[h] * kLog2e, bm, D, m.data(), l.data(), acc.data());
     for (int i = 0; i < bm; ++i) {
       const float inv = 1.0f / l[i];
       float *ai = &acc[static_cast<size_t>(i) * D];

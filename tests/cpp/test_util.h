@@ -89,6 +89,7 @@ inline std::vector<int32_t> offsets(const std::vector<int32_t> &lengths) {
 // Naive float64 attention over one request of a packed batch; also its gradients.
 struct Naive {
   std::vector<double> out, lse, dq, dk, dv;  // out/dq: [tokens][H][D], dk/dv: [tokens][Hkv][D]
+  std::vector<double> dsinks;                // [H], with p.sinks
 };
 
 inline Naive naive_attention(const fold_attn_problem_t &p, const HostTensor &q, const HostTensor &k,
@@ -101,6 +102,7 @@ inline Naive naive_attention(const fold_attn_problem_t &p, const HostTensor &q, 
   n.dq.assign(static_cast<size_t>(T * H * D), 0.0);
   n.dk.assign(static_cast<size_t>(T * Hk * D), 0.0);
   n.dv.assign(static_cast<size_t>(T * Hk * D), 0.0);
+  n.dsinks.assign(static_cast<size_t>(H), 0.0);
   for (int b = 0; b < p.batch; ++b) {
     const int64_t t0 = p.cu_seqlens[b], len = p.cu_seqlens[b + 1] - t0;
     for (int h = 0; h < H; ++h) {
@@ -121,7 +123,10 @@ inline Naive naive_attention(const fold_attn_problem_t &p, const HostTensor &q, 
           s[jj] = acc * p.softmax_scale;
           mx = std::max(mx, s[jj]);
         }
-        double sum = 0;
+        // A sink: one more logit in the denominator, with no value.
+        const double sink = p.sinks ? double(p.sinks[h]) : -INFINITY;
+        mx = std::max(mx, sink);
+        double sum = p.sinks ? std::exp(sink - mx) : 0.0;
         for (int64_t jj = 0; jj < nk; ++jj) sum += (pr[jj] = std::exp(s[jj] - mx));
         for (int64_t jj = 0; jj < nk; ++jj) pr[jj] /= sum;
         n.lse[(t0 + i) * H + h] = mx + std::log(sum);
@@ -131,6 +136,7 @@ inline Naive naive_attention(const fold_attn_problem_t &p, const HostTensor &q, 
         if (!dout) continue;
         double delta = 0;
         for (int d = 0; d < D; ++d) delta += double(dout->at(t0 + i, h, d)) * o[d];
+        if (p.sinks) n.dsinks[h] -= std::exp(sink - n.lse[(t0 + i) * H + h]) * delta;
         for (int64_t jj = 0; jj < nk; ++jj) {
           const int64_t j = j0 + jj;
           double dp = 0;

@@ -416,3 +416,37 @@ def test_fold_caches_refuse_a_window_shorter_than_the_cache():
     caches = fold_hf.FoldLayerCaches(model.config, batch=1, max_len=8, depth=None)
     with torch.no_grad():
         model(input_ids=ids, fold_caches=caches, use_cache=False)
+
+
+def _gpt_oss(impl, seed=0):
+    cfg = transformers.GptOssConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+        num_experts_per_tok=1, sliding_window=8, max_position_embeddings=256,
+        attn_implementation=impl,
+    )
+    torch.manual_seed(seed)
+    model = transformers.GptOssForCausalLM(cfg).float()
+    with torch.no_grad():  # (initialised to zeros: make the sinks matter)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    model.config._attn_implementation = impl
+    return model
+
+
+def test_gpt_oss_sinks_and_sliding_layers_match_eager(monkeypatch):
+    """gpt-oss: alternating sliding (window 8) and full layers, per-head sinks (s_aux): fold on
+    the CPU reference matches transformers' eager attention (the sink column written out),
+    values and gradients, the sinks' gradients included."""
+    seen = []
+    real = fold_hf.fold_attn_func
+    monkeypatch.setattr(fold_hf, "fold_attn_func", lambda *a, **k: seen.append(
+        (k.get("window_size"), k.get("sinks") is not None)) or real(*a, **k))
+    ids = torch.randint(0, 97, (2, 21))
+    ref_logits, ref_grads = _loss_and_grads(_gpt_oss("eager"), input_ids=ids)
+    logits, grads = _loss_and_grads(_gpt_oss(fold_hf.NAME), input_ids=ids)
+    assert seen == [((7, 7), True), ((-1, -1), True)]
+    assert torch.allclose(logits, ref_logits, atol=2e-5, rtol=1e-4)
+    for name, g in ref_grads.items():
+        assert torch.allclose(grads[name], g, atol=2e-5, rtol=1e-3), name
+    assert any("sinks" in name for name in grads)

@@ -72,12 +72,13 @@ def test_struct_layout_matches_header():
     import ctypes
 
     assert ctypes.sizeof(_lib.FoldTensor) == 32
-    assert ctypes.sizeof(_lib.FoldAttnProblem) == 56
+    assert ctypes.sizeof(_lib.FoldAttnProblem) == 64
     assert _lib.FoldAttnProblem.cu_seqlens.offset == 8
     assert _lib.FoldAttnProblem.total_tokens.offset == 16
     assert _lib.FoldAttnProblem.softmax_scale.offset == 44
     assert _lib.FoldAttnProblem.window_before.offset == 48
     assert _lib.FoldAttnProblem.window_after.offset == 52
+    assert _lib.FoldAttnProblem.sinks.offset == 56
 
 
 def test_library_rejects_a_bad_problem_with_a_message():
