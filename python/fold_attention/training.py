@@ -409,13 +409,13 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, 
         window_size: (left, right), FlashAttention's sliding window: query i sees keys
             i - left .. i + right of its own sequence (with causal, right is 0); -1 is
             unbounded on that side. A side at least as long as the sequence masks nothing.
+            The CUDA kernels take only windows that mask nothing yet (NotImplementedError
+            otherwise); the CPU reference takes any.
         sinks: None, or a (n_heads,) floating tensor on q's device (gpt-oss's attention
             sinks): head h's sink logit (in the scaled-score space, natural log) takes softmax
             mass exp(sinks[h]) in every row's denominator and gives no value; the LSE includes
             it; differentiable (its gradient is a sum over every row of the batch, deterministic
             run to run). CPU reference only so far (CUDA: NotImplementedError).
-            The CUDA kernels take only windows that mask nothing yet (NotImplementedError
-            otherwise); the CPU reference takes any.
 
     Returns:
         out (q's shape and dtype), or (out, lse) when return_lse is True. The backward
