@@ -8,53 +8,10 @@
 
 #include "core/grid_scale.h"
 #include "cpu/reference.h"
-#include "test_util.h"
+#include "training_run.h"
 
 namespace fold::test {
 namespace {
-
-struct Grads {
-  HostTensor out, dq, dk, dv;
-  std::vector<float> lse;
-};
-
-struct Inputs {
-  Case c;
-  std::vector<int32_t> cu;
-  fold_attn_problem_t p;
-  HostTensor q, k, v, dout;
-};
-
-Inputs make_inputs(const Case &c, uint64_t seed, float q_scale = 1.0f, float do_scale = 1.0f) {
-  Inputs in{c, offsets(c.lengths), {}, {}, {}, {}, {}};
-  in.p = packed_problem(c, in.cu);
-  const int64_t T = in.p.total_tokens;
-  std::mt19937_64 rng(seed);
-  in.q = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.k = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.v = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.dout = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.q.fill_normal(rng, q_scale);
-  in.k.fill_normal(rng, 1.0f);
-  in.v.fill_normal(rng, 1.0f, 0.25f);
-  in.dout.fill_normal(rng, do_scale);
-  return in;
-}
-
-Grads run(Inputs &in, const cpu::BackwardOrder *order = nullptr,
-          cpu::BackwardStats *stats = nullptr) {
-  const auto &c = in.c;
-  const int64_t T = in.p.total_tokens;
-  Grads g{HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-          HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-          HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-          HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-          std::vector<float>(static_cast<size_t>(T * c.n_heads))};
-  cpu::forward(in.p, in.q.view(), in.k.view(), in.v.view(), g.out.view(), g.lse.data());
-  cpu::backward(in.p, in.q.view(), in.k.view(), in.v.view(), g.out.view(), in.dout.view(),
-                g.lse.data(), g.dq.view(), g.dk.view(), g.dv.view(), order, stats);
-  return g;
-}
 
 struct BwdParam {
   Case c;
@@ -88,8 +45,6 @@ INSTANTIATE_TEST_SUITE_P(
                       BwdParam{{{70}, 2, 1, 256, FOLD_DTYPE_BF16, 1}, "bf16_d256"},
                       BwdParam{{{90, 5}, 2, 1, 24, FOLD_DTYPE_F32, 1}, "f32_d24"}),
     [](const ::testing::TestParamInfo<BwdParam> &info) { return std::string(info.param.name); });
-
-bool same_bits(const HostTensor &a, const HostTensor &b) { return a.bytes == b.bytes; }
 
 TEST(IntegerGrid, DqIsIdenticalUnderAnyTileOrder) {
   for (int dtype : {FOLD_DTYPE_BF16, FOLD_DTYPE_F16, FOLD_DTYPE_F32}) {
@@ -200,26 +155,7 @@ TEST(Backward, RepeatsAreBitIdentical) {
 TEST(Backward, RequestIsBitIdenticalAloneAndPackedAtAnOffset) {
   Inputs alone = make_inputs(Case{{190}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 31);
   Inputs packed = make_inputs(Case{{33, 190, 75}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 32);
-  const int64_t off = 33;
-  auto copy_in = [&](const HostTensor &src, HostTensor &dst) {
-    const size_t row = src.bytes.size() / static_cast<size_t>(src.tokens);
-    std::copy(src.bytes.begin(), src.bytes.end(),
-              dst.bytes.begin() + static_cast<ptrdiff_t>(off * row));
-  };
-  copy_in(alone.q, packed.q);
-  copy_in(alone.k, packed.k);
-  copy_in(alone.v, packed.v);
-  copy_in(alone.dout, packed.dout);
-  const Grads a = run(alone), b = run(packed);
-  auto slice_equal = [&](const HostTensor &x, const HostTensor &y) {
-    const size_t row = x.bytes.size() / static_cast<size_t>(x.tokens);
-    return std::equal(x.bytes.begin(), x.bytes.end(),
-                      y.bytes.begin() + static_cast<ptrdiff_t>(off * row));
-  };
-  EXPECT_TRUE(slice_equal(a.out, b.out));
-  EXPECT_TRUE(slice_equal(a.dq, b.dq));
-  EXPECT_TRUE(slice_equal(a.dk, b.dk));
-  EXPECT_TRUE(slice_equal(a.dv, b.dv));
+  expect_alone_equals_packed(alone, packed, 33);
 }
 
 }  // namespace

@@ -9,55 +9,26 @@
 #include <string>
 
 #include "cpu/reference.h"
-#include "test_util.h"
+#include "training_run.h"
 
 namespace fold::test {
 namespace {
 
+// The forward and backward (training_run.h), then Delta from the preprocess for d sinks.
 struct Result {
-  HostTensor out, dq, dk, dv;
-  std::vector<float> lse, delta;
+  Grads g;
+  std::vector<float> delta;
 };
 
-Result run(const fold_attn_problem_t &p, const Case &c, const HostTensor &q, const HostTensor &k,
-           const HostTensor &v, const HostTensor &dout) {
-  const int64_t T = p.total_tokens;
-  Result r{HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-           std::vector<float>(static_cast<size_t>(T * c.n_heads)),
-           std::vector<float>(static_cast<size_t>(T * c.n_heads))};
-  HostTensor qq = q, kk = k, vv = v, dd = dout;
-  cpu::forward(p, qq.view(), kk.view(), vv.view(), r.out.view(), r.lse.data());
-  cpu::backward(p, qq.view(), kk.view(), vv.view(), r.out.view(), dd.view(), r.lse.data(),
-                r.dq.view(), r.dk.view(), r.dv.view());
-  std::vector<float> bounds(static_cast<size_t>(p.batch) * p.n_kv_heads * FOLD_BWD_BOUNDS);
-  cpu::bwd_preprocess(p, kk.view(), vv.view(), r.out.view(), dd.view(), r.delta.data(),
-                      bounds.data());
+Result run_with_delta(Inputs &in) {
+  Result r{run(in), std::vector<float>(static_cast<size_t>(in.p.total_tokens * in.p.n_heads))};
+  std::vector<float> bounds(static_cast<size_t>(in.p.batch) * in.p.n_kv_heads * FOLD_BWD_BOUNDS);
+  cpu::bwd_preprocess(in.p, in.k.view(), in.v.view(), r.g.out.view(), in.dout.view(),
+                      r.delta.data(), bounds.data());
   return r;
 }
 
-struct Inputs {
-  Case c;
-  std::vector<int32_t> cu;
-  HostTensor q, k, v, dout;
-};
-
-Inputs make(const Case &c, uint64_t seed) {
-  Inputs in{c, offsets(c.lengths), {}, {}, {}, {}};
-  int64_t T = in.cu.back();
-  std::mt19937_64 rng(seed);
-  in.q = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.k = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.v = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.dout = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.q.fill_normal(rng, 1.5f);
-  in.k.fill_normal(rng, 1.5f);
-  in.v.fill_normal(rng, 1.0f, 0.25f);
-  in.dout.fill_normal(rng, 1.0f);
-  return in;
-}
+Inputs make(const Case &c, uint64_t seed) { return make_inputs(c, seed, 1.5f, 1.0f, 1.5f); }
 
 // Sinks below, around and above the rows' largest logits (|s| ~ 2-5 here).
 const float kSinks[4] = {-3.0f, 0.5f, 2.5f, 8.0f};
@@ -67,9 +38,10 @@ TEST(Sinks, ForwardBackwardAndSinkGradientMatchFloat64) {
     for (int causal : {1, 0}) {
       Case c{{150, 1, 70}, 4, 2, 64, dtype, causal};
       Inputs in = make(c, 3);
-      fold_attn_problem_t p = packed_problem(c, in.cu);
-      p.sinks = kSinks;
-      const Result r = run(p, c, in.q, in.k, in.v, in.dout);
+      in.p.sinks = kSinks;
+      const fold_attn_problem_t &p = in.p;
+      const Result res = run_with_delta(in);
+      const Grads &r = res.g;
       const Naive n = naive_attention(p, in.q, in.k, in.v, &in.dout);
       const bool f32 = dtype == FOLD_DTYPE_F32;
       auto bar = [&](const std::vector<double> &ref, double times) {
@@ -89,7 +61,7 @@ TEST(Sinks, ForwardBackwardAndSinkGradientMatchFloat64) {
         double ds = 0;
         for (int64_t t = 0; t < p.total_tokens; ++t)
           ds -= std::exp(double(kSinks[h]) - r.lse[h * p.total_tokens + t]) *
-                r.delta[h * p.total_tokens + t];
+                res.delta[h * p.total_tokens + t];
         EXPECT_NEAR(ds, n.dsinks[h], (f32 ? 1e-4 : 2e-2) * (1.0 + std::fabs(n.dsinks[h])))
             << "head " << h << " dtype " << dtype << " causal " << causal;
       }
@@ -101,11 +73,10 @@ TEST(Sinks, ForwardBackwardAndSinkGradientMatchFloat64) {
 TEST(Sinks, MinusInfinityChangesNoBit) {
   Case c{{130, 40}, 4, 1, 64, FOLD_DTYPE_BF16, 1};
   Inputs in = make(c, 4);
-  fold_attn_problem_t p = packed_problem(c, in.cu);
-  const Result plain = run(p, c, in.q, in.k, in.v, in.dout);
+  const Grads plain = run(in);
   const float none[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  p.sinks = none;
-  const Result sunk = run(p, c, in.q, in.k, in.v, in.dout);
+  in.p.sinks = none;
+  const Grads sunk = run(in);
   EXPECT_EQ(plain.out.bytes, sunk.out.bytes);
   EXPECT_EQ(plain.lse, sunk.lse);
   EXPECT_EQ(plain.dq.bytes, sunk.dq.bytes);
@@ -118,10 +89,9 @@ TEST(Sinks, MinusInfinityChangesNoBit) {
 TEST(Sinks, ALargeSinkTakesTheMass) {
   Case c{{64}, 2, 2, 64, FOLD_DTYPE_F32, 1};
   Inputs in = make(c, 5);
-  fold_attn_problem_t p = packed_problem(c, in.cu);
   const float big[2] = {60.0f, 60.0f};
-  p.sinks = big;
-  const Result r = run(p, c, in.q, in.k, in.v, in.dout);
+  in.p.sinks = big;
+  const Grads r = run(in);
   for (int64_t i = 0; i < r.out.size(); ++i) {
     ASSERT_TRUE(std::isfinite(r.out.get(i)));
     ASSERT_LT(std::fabs(r.out.get(i)), 1e-12f);

@@ -10,54 +10,13 @@
 
 #include "core/window.h"
 #include "cpu/reference.h"
-#include "test_util.h"
+#include "training_run.h"
 
 namespace fold::test {
 namespace {
 
-struct Result {
-  HostTensor out, dq, dk, dv;
-  std::vector<float> lse;
-};
-
-struct Inputs {
-  Case c;
-  std::vector<int32_t> cu;
-  fold_attn_problem_t p;
-  HostTensor q, k, v, dout;
-};
-
-Inputs make_inputs(const Case &c, uint64_t seed) {
-  Inputs in{c, offsets(c.lengths), {}, {}, {}, {}, {}};
-  in.p = packed_problem(c, in.cu);
-  const int64_t T = in.p.total_tokens;
-  std::mt19937_64 rng(seed);
-  in.q = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.k = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.v = HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim);
-  in.dout = HostTensor(c.dtype, T, c.n_heads, c.head_dim);
-  in.q.fill_normal(rng, 1.5f);
-  in.k.fill_normal(rng, 1.5f);
-  in.v.fill_normal(rng, 1.0f, 0.25f);
-  in.dout.fill_normal(rng, 1.0f);
-  return in;
-}
-
-Result run(Inputs &in, const cpu::BackwardOrder *order = nullptr) {
-  const auto &c = in.c;
-  const int64_t T = in.p.total_tokens;
-  Result g{HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-           HostTensor(c.dtype, T, c.n_kv_heads, c.head_dim),
-           std::vector<float>(static_cast<size_t>(T * c.n_heads))};
-  cpu::forward(in.p, in.q.view(), in.k.view(), in.v.view(), g.out.view(), g.lse.data());
-  cpu::backward(in.p, in.q.view(), in.k.view(), in.v.view(), g.out.view(), in.dout.view(),
-                g.lse.data(), g.dq.view(), g.dk.view(), g.dv.view(), order);
-  return g;
-}
-
-bool same_bits(const HostTensor &a, const HostTensor &b) { return a.bytes == b.bytes; }
+// The window tests' inputs: q and k at 1.5 (peaked enough rows), dout at 1.
+Inputs inputs(const Case &c, uint64_t seed) { return make_inputs(c, seed, 1.5f, 1.0f, 1.5f); }
 
 // Brute force: every visible (query, key) pair of random problems lies inside the ranges the
 // loops visit, from both sides, and key_visible agrees with the rule written out.
@@ -125,8 +84,8 @@ void PrintTo(const WinParam &param, std::ostream *os) { *os << param.name; }
 class WindowVsNaive : public ::testing::TestWithParam<WinParam> {};
 
 TEST_P(WindowVsNaive, ForwardAndGradientsMatchFloat64) {
-  Inputs in = make_inputs(GetParam().c, 17);
-  const Result g = run(in);
+  Inputs in = inputs(GetParam().c, 17);
+  const Grads g = run(in);
   const Naive n = naive_attention(in.p, in.q, in.k, in.v, &in.dout);
   const bool f32 = in.c.dtype == FOLD_DTYPE_F32;
   auto bar = [&](const std::vector<double> &ref, double times) {
@@ -165,13 +124,13 @@ INSTANTIATE_TEST_SUITE_P(
 // A window at least as long as every request masks nothing: the same bits as no window.
 TEST(Window, OneThatMasksNothingChangesNoBit) {
   for (int causal : {0, 1}) {
-    Inputs plain = make_inputs(Case{{180, 7}, 4, 2, 64, FOLD_DTYPE_BF16, causal}, 5);
+    Inputs plain = inputs(Case{{180, 7}, 4, 2, 64, FOLD_DTYPE_BF16, causal}, 5);
     Inputs wide = plain;
     wide.c.window_before = 180;
     wide.c.window_after = causal ? 1 : 180;
     wide.p = packed_problem(wide.c, wide.cu);
     ASSERT_TRUE(window_masks_nothing(wide.p, 180));
-    const Result a = run(plain), b = run(wide);
+    const Grads a = run(plain), b = run(wide);
     EXPECT_TRUE(same_bits(a.out, b.out) && same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) &&
                 same_bits(a.dv, b.dv))
         << "causal " << causal;
@@ -180,11 +139,11 @@ TEST(Window, OneThatMasksNothingChangesNoBit) {
 
 // ... and one that masks something changes the result (the window is not ignored).
 TEST(Window, OneThatMasksChangesTheResult) {
-  Inputs plain = make_inputs(Case{{180}, 2, 2, 64, FOLD_DTYPE_BF16, 1}, 5);
+  Inputs plain = inputs(Case{{180}, 2, 2, 64, FOLD_DTYPE_BF16, 1}, 5);
   Inputs narrow = plain;
   narrow.c.window_before = 100;
   narrow.p = packed_problem(narrow.c, narrow.cu);
-  const Result a = run(plain), b = run(narrow);
+  const Grads a = run(plain), b = run(narrow);
   const size_t row = a.out.bytes.size() / 180;
   // Rows before 100 see every earlier key either way: identical; later rows differ.
   EXPECT_TRUE(
@@ -196,8 +155,8 @@ TEST(Window, OneThatMasksChangesTheResult) {
 // A window of one key: every query sees only its own key, so out is V itself (P = 1) and
 // dV is dO summed over the group's heads.
 TEST(Window, OfOneKeyGivesV) {
-  Inputs in = make_inputs(windowed(Case{{150, 40}, 2, 1, 64, FOLD_DTYPE_BF16, 0}, 1, 1), 23);
-  const Result g = run(in);
+  Inputs in = inputs(windowed(Case{{150, 40}, 2, 1, 64, FOLD_DTYPE_BF16, 0}, 1, 1), 23);
+  const Grads g = run(in);
   for (int64_t t = 0; t < in.p.total_tokens; ++t)
     for (int h = 0; h < 2; ++h)
       for (int d = 0; d < 64; ++d) {
@@ -208,13 +167,13 @@ TEST(Window, OfOneKeyGivesV) {
 }
 
 TEST(Window, DqIsIdenticalUnderAnyTileOrder) {
-  Inputs in = make_inputs(windowed(Case{{300, 129}, 4, 2, 64, FOLD_DTYPE_BF16, 0}, 70, 90), 11);
-  const Result base = run(in);
+  Inputs in = inputs(windowed(Case{{300, 129}, 4, 2, 64, FOLD_DTYPE_BF16, 0}, 70, 90), 11);
+  const Grads base = run(in);
   for (uint64_t seed : {1, 2}) {
     // Key blocks in any order: every gradient's bits (dK / dV of a key block depend on no
     // other key block).
     cpu::BackwardOrder key_order{seed, 0};
-    const Result a = run(in, &key_order);
+    const Grads a = run(in, &key_order);
     EXPECT_TRUE(same_bits(a.dq, base.dq) && same_bits(a.dk, base.dk) && same_bits(a.dv, base.dv))
         << "seed " << seed;
     // Any tile order: dQ's bits (the integer grid).
@@ -224,29 +183,9 @@ TEST(Window, DqIsIdenticalUnderAnyTileOrder) {
 }
 
 TEST(Window, RequestIsBitIdenticalAloneAndPackedAtAnOffset) {
-  Inputs alone = make_inputs(windowed(Case{{190}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 60, 0), 31);
-  Inputs packed =
-      make_inputs(windowed(Case{{33, 190, 75}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 60, 0), 32);
-  const int64_t off = 33;
-  auto copy_in = [&](const HostTensor &src, HostTensor &dst) {
-    const size_t row = src.bytes.size() / static_cast<size_t>(src.tokens);
-    std::copy(src.bytes.begin(), src.bytes.end(),
-              dst.bytes.begin() + static_cast<ptrdiff_t>(off * row));
-  };
-  copy_in(alone.q, packed.q);
-  copy_in(alone.k, packed.k);
-  copy_in(alone.v, packed.v);
-  copy_in(alone.dout, packed.dout);
-  const Result a = run(alone), b = run(packed);
-  auto slice_equal = [&](const HostTensor &x, const HostTensor &y) {
-    const size_t row = x.bytes.size() / static_cast<size_t>(x.tokens);
-    return std::equal(x.bytes.begin(), x.bytes.end(),
-                      y.bytes.begin() + static_cast<ptrdiff_t>(off * row));
-  };
-  EXPECT_TRUE(slice_equal(a.out, b.out));
-  EXPECT_TRUE(slice_equal(a.dq, b.dq));
-  EXPECT_TRUE(slice_equal(a.dk, b.dk));
-  EXPECT_TRUE(slice_equal(a.dv, b.dv));
+  Inputs alone = inputs(windowed(Case{{190}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 60, 0), 31);
+  Inputs packed = inputs(windowed(Case{{33, 190, 75}, 4, 2, 64, FOLD_DTYPE_BF16, 1}, 60, 0), 32);
+  expect_alone_equals_packed(alone, packed, 33);
 }
 
 TEST(Window, NegativeSidesAreRejected) {
