@@ -37,6 +37,17 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         kl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
         vl = torch.randn(1, 300, 2, d, device=dev, dtype=dtype, requires_grad=True)
         fa.fold_attn_func(ql, kl, vl, causal=True).backward(torch.randn_like(ql))
+        # Sliding windows: blocks skipped on both sides and masked inside (forward v1.2 with
+        # the K / V-bounds scan at G 1, and the backward's main kernels).
+        fa.fold_attn_func(ql, kl, vl, causal=True, window_size=(100, 0)).backward(torch.randn_like(ql))
+        fa.fold_attn_func(ql, kl, vl, causal=False, window_size=(70, 150)).backward(torch.randn_like(ql))
+        qw, kw, vw = (x.detach()[:, :, :2].clone().requires_grad_(True) for x in (ql, kl, vl))
+        fa.fold_attn_func(qw, kw, vw, causal=True, window_size=(90, 0)).backward(torch.randn_like(qw))
+    # D 256 (v0's backward main kernel) with a window.
+    qw = torch.randn(1, 300, 2, 256, device=dev, dtype=dtype, requires_grad=True)
+    kw = torch.randn(1, 300, 1, 256, device=dev, dtype=dtype, requires_grad=True)
+    vw = torch.randn(1, 300, 1, 256, device=dev, dtype=dtype, requires_grad=True)
+    fa.fold_attn_func(qw, kw, vw, causal=True, window_size=(100, 0)).backward(torch.randn_like(qw))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
 # trips the guard, v8 exponent growth (v8 caches at D 64 / 128 run dense since session 36's
 # planner, through the v8 ring: D 64 G 8, and D 128 G 12 for the ring's 128-byte swizzle and two

@@ -95,9 +95,8 @@ typedef struct fold_attn_problem {
    * window_before = w > 0: query i sees key j only if i - j < w (w keys ending at its own
    * position: HF's sliding_window; FlashAttention's window_size[0] is w - 1).
    * window_after  = w > 0: query i sees key j only if j - i < w (window_size[1] + 1).
-   * Every query sees its own key, so no row is ever empty. The CUDA kernels take only
-   * windows that mask nothing for requests of up to seqlen tokens (others:
-   * FOLD_ERR_UNSUPPORTED); the CPU reference takes any. */
+   * Every query sees its own key, so no row is ever empty. The CPU reference and the CUDA
+   * kernels take any window. */
   int32_t window_before;
   int32_t window_after;
   /* Attention sinks (gpt-oss): NULL, or n_heads float32 logits in the scaled-score space

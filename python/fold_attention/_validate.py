@@ -57,12 +57,6 @@ class AttnSpec:
     window_before: int = 0
     window_after: int = 0
 
-    def window_cuts(self) -> bool:
-        """Whether the window masks any key that causal masking alone would not, in requests of
-        up to `seqlen` tokens (window.h's window_masks_nothing)."""
-        before = 0 < self.window_before < self.seqlen
-        after = not self.causal and 0 < self.window_after < self.seqlen
-        return before or after
 
 
 def require_tensor(x, name: str, fn: str) -> torch.Tensor:

@@ -44,21 +44,10 @@ def _require_backend(spec: AttnSpec, fn: str, sinks=None) -> None:
                 f"{fn}: sinks: the CUDA training forward takes no attention sinks yet; the CPU "
                 "reference does"
             )
-        if spec.window_cuts():
-            raise NotImplementedError(
-                f"{fn}: window_size={_window_size(spec)}: the CUDA training kernels take no "
-                f"sliding window shorter than the sequence ({spec.seqlen} tokens) yet; the CPU "
-                "reference takes any"
-            )
         return
     raise NotImplementedError(
         f"{fn}: no kernels for device type {spec.device.type!r}; use CPU tensors"
     )
-
-
-def _window_size(spec: AttnSpec) -> tuple[int, int]:
-    """The spec's window as FlashAttention's window_size (left, right), -1 unbounded."""
-    return spec.window_before - 1, spec.window_after - 1
 
 
 def _cuda_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
@@ -409,8 +398,6 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, 
         window_size: (left, right), FlashAttention's sliding window: query i sees keys
             i - left .. i + right of its own sequence (with causal, right is 0); -1 is
             unbounded on that side. A side at least as long as the sequence masks nothing.
-            The CUDA kernels take only windows that mask nothing yet (NotImplementedError
-            otherwise); the CPU reference takes any.
         sinks: None, or a (n_heads,) floating tensor on q's device (gpt-oss's attention
             sinks): head h's sink logit (in the scaled-score space, natural log) takes softmax
             mass exp(sinks[h]) in every row's denominator and gives no value; the LSE includes

@@ -8,7 +8,6 @@
 
 #include "core/status.h"
 #include "core/validate.h"
-#include "core/window.h"
 #include "cuda/launch.h"
 #include "fold_attention/fold_attention.h"
 
@@ -55,18 +54,6 @@ void check_training_head_dim(const fold_attn_problem_t *p) {
                                          ": the CUDA training kernels take 64, 96, 128 or 256");
 }
 
-// The kernels mask causally only; a window that masks nothing more in requests of up to
-// seqlen tokens (the longest) leaves their result exact.
-void check_training_window(const fold_attn_problem_t *p) {
-  if (!fold::window_masks_nothing(*p, p->seqlen))
-    fold::fail(FOLD_ERR_UNSUPPORTED, "window_before=" + std::to_string(p->window_before) +
-                                         ", window_after=" + std::to_string(p->window_after) +
-                                         ": the CUDA training kernels take no sliding "
-                                         "window shorter than the longest request (seqlen=" +
-                                         std::to_string(p->seqlen) +
-                                         "); the CPU reference takes any");
-}
-
 // The forward kernels take no sinks yet (the backward reads none: it takes the forward's LSE).
 void check_no_sinks(const fold_attn_problem_t *p) {
   if (p->sinks != nullptr)
@@ -105,7 +92,6 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
   require_cuda_build();
   check_cuda_problem(p);
   check_training_head_dim(p);
-  check_training_window(p);
   check_no_sinks(p);
   check_views(p, {{"q", q, p->n_heads, false},
                   {"k", k, p->n_kv_heads, false},
@@ -130,7 +116,6 @@ void backward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fo
   require_cuda_build();
   check_cuda_problem(p);
   check_training_head_dim(p);
-  check_training_window(p);
   check_views(p, {{"q", q, p->n_heads, false},
                   {"k", k, p->n_kv_heads, false},
                   {"v", v, p->n_kv_heads, false},
@@ -209,7 +194,6 @@ size_t fold_bwd_cuda_workspace_size(const fold_attn_problem_t *p) {
   const fold_status_t status = fold::guarded("fold_bwd_cuda_workspace_size", [&] {
     check_cuda_problem(p);
     check_training_head_dim(p);
-    check_training_window(p);
     bytes = fold::cuda::backward_workspace(*p, nullptr).total_bytes;
   });
   return status == FOLD_OK ? bytes : 0;

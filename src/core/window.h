@@ -46,4 +46,12 @@ FOLD_HD bool window_masks_nothing(const fold_attn_problem_t &p, int64_t longest)
   return before && after;
 }
 
+// Whether the call's window can hide a key (beyond causal masking) in a request of any length
+// the library takes (below 2^31 tokens). The CUDA launchers run their windowed kernel instances
+// exactly for such calls: a choice made from the arguments alone, never from the batch's
+// lengths, so that a request takes the same code (and gives the same bits) alone or in any batch.
+FOLD_HD bool window_may_mask(const fold_attn_problem_t &p) {
+  return !window_masks_nothing(p, 0x7fffffff);
+}
+
 }  // namespace fold

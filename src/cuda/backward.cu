@@ -3,7 +3,8 @@
 //   1. preprocess (bwd_preprocess.cu): Delta, bounds, and the dQ grid zeroed on the way.
 //   2. main kernel: one CTA per (key block of backward_plan(D).block_n, KV head, request). It
 //      loops over the group's query heads, then the query blocks that see its key block (all,
-//      or with causal masking those ending after its first key), in that fixed order:
+//      or with causal masking those ending after its first key, or with a sliding window those
+//      its window reaches: backward_window.cuh), in that fixed order:
 //        A. S = Q K^T, dP = dO V^T (HMMA, fp32); P = 2^(S * scale * log2 e - lse * log2 e),
 //           dS = P (dP - Delta); P and dS * 2^t are rounded to the input dtype into shared
 //           memory (|dS * 2^t| < 2^14: fp16-safe, grid_scale.h);
@@ -33,6 +34,7 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "cuda/backward_window.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
 #include "cuda/tile_mma.cuh"
@@ -74,7 +76,11 @@ struct BwdCfg {
                 "tile partition");
 };
 
-template <int D, class Tag>
+// WIN: the sliding window's instance (backward_window.cuh): the query blocks of a key block are
+// those its window reaches; a chunk is masked wherever the band of visible diagonals cuts it,
+// and its products are skipped where the band leaves none of its pairs. Without it (calls with
+// no window), the code is the causal-only kernel's, unchanged.
+template <int D, class Tag, bool WIN = false>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                     const fold_tensor_t v, const fold_tensor_t dout, const float *__restrict__ lse,
@@ -105,7 +111,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, t = lane & 3;
   const uint32_t k_base = smem_addr(k_s), v_base = smem_addr(v_s), p_base = smem_addr(p_s),
                  ds_base = smem_addr(ds_s);
-  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  // The query blocks [q_begin, q_end) that see this key block.
+  int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  int32_t q_end = r.len;
+  if constexpr (WIN) bwd::window_query_blocks<kBm>(p, k0, kBn, r.len, &q_begin, &q_end);
 
   // The pairs run in the fixed order (head h of the group, query block q0), h-major.
   load_tile<kBn, D, kThreads>(k_s, p, k, b, r, k0, hk);
@@ -128,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int stage = 0;
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kBm, stage ^= 1) {
       // lse and Delta of this pair (phase A of the previous pair, their last reader, ended
       // before the previous pair's middle barrier).
       for (int i = threadIdx.x; i < kBm; i += kThreads) {
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       {
         int next_h = h;
         int64_t next_q0 = q0 + kBm;
-        if (next_q0 >= r.len) {
+        if (next_q0 >= q_end) {
           next_h = h + 1;
           next_q0 = q_begin;
         }
@@ -167,7 +176,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kNa; ++i)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
-        const bool all_masked = p.causal && k0 + c0 > q0 + row_a + 15;
+        bool all_masked = p.causal && k0 + c0 > q0 + row_a + 15;
+        // WIN: the visible diagonals of the chunk (keys chunk-relative, rows tile-relative;
+        // causal included), and whether they leave none of the warp's pairs (then need_mask,
+        // below, holds too: the chunk is zeroed).
+        bwd::DiagBand band{};
+        if constexpr (WIN) {
+          band = bwd::diag_band(p, q0, k0 + c0);
+          all_masked = all_masked || band.excludes(row_a, row_a + 15, 0, Cfg::kChA - 1);
+        }
         if (!all_masked) {
 #pragma unroll
           for (int kk = 0; kk < D; kk += 16) {
@@ -188,8 +205,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // Masks only where the chunk reaches past the request's end (keys or rows) or past
         // the diagonal; positions are request-relative, so the choice is batch-invariant.
-        const bool need_mask = k0 + c0 + Cfg::kChA > r.len || q0 + row_a + 16 > r.len ||
-                               (p.causal && k0 + c0 + Cfg::kChA - 1 > q0 + row_a);
+        bool need_mask = k0 + c0 + Cfg::kChA > r.len || q0 + row_a + 16 > r.len ||
+                         (p.causal && k0 + c0 + Cfg::kChA - 1 > q0 + row_a);
+        // WIN: also where the band cuts the chunk, on either side.
+        if constexpr (WIN) need_mask = need_mask || band.cuts(row_a, row_a + 15, 0, Cfg::kChA - 1);
         // In chunk-relative units: key j_rel is valid when j_rel < key_limit, row i (tile-
         // relative) when i < row_limit, and causal allows j_rel <= diag + i.
         const int key_limit =
@@ -210,7 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               for (int e = 0; e < 2; ++e) {
                 const int j_rel = nt * 8 + 2 * t + e;
                 bool ok = true;
-                if constexpr (kMasked)
+                if constexpr (kMasked && WIN)
+                  ok = i < row_limit && j_rel < key_limit && band.holds(j_rel - i);
+                else if constexpr (kMasked)
                   ok = i < row_limit && j_rel < key_limit && (!p.causal || j_rel <= diag + i);
                 // Clamped to 1 as in the CPU reference: the stored LSE is rounded, and the
                 // grid's and fp16's bounds rest on P <= 1 (grid_scale.h).
@@ -359,7 +380,8 @@ void launch_main(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, cudaStream_t stream) {
   using Cfg = BwdCfg<D>;
-  auto kernel = backward_kernel<D, Tag>;
+  // The windowed instance exactly when the call's window can cut (backward_window.cuh).
+  auto kernel = window_may_mask(p) ? backward_kernel<D, Tag, true> : backward_kernel<D, Tag>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "backward");
   const dim3 grid((p.seqlen + Cfg::kBn - 1) / Cfg::kBn, p.n_kv_heads, p.batch);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, dout, lse, delta, bounds, dq_grid,

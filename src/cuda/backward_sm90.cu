@@ -13,7 +13,8 @@
 // Per (query block, key block) pair, with Bm = block_m query rows:
 //   1. S^T = K_w Q^T and dP^T = V_w dO^T      wgmma SS, m64n64, K-major A and B
 //   2. P^T = min(1, 2^(S^T scale log2e - lse log2e)), dS^T = P^T (dP^T - Delta) 2^t, masked
-//      (keys/rows past the request's end, causal), rounded to the dtype in registers
+//      (keys/rows past the request's end, causal, the sliding window: backward_window.cuh),
+//      rounded to the dtype in registers
 //   3. dV += P^T dO and dK += dS^T Q          wgmma RS (A = P^T / dS^T from registers),
 //                                              B = dO / Q MN-major (transposed descriptor)
 //   4. dS^T goes to shared memory; dQ partial = dS K (fp32)
@@ -53,6 +54,7 @@
 #include "cuda/backward_sm90_epilogue.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
 #include "cuda/backward_sm90_ws.cuh"
+#include "cuda/backward_window.cuh"
 #include "cuda/hopper/stmatrix.cuh"
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
@@ -137,7 +139,10 @@ __device__ __forceinline__ void load_rows_stats(uint32_t base, const fold_attn_p
 // XOR is the pin's word. The same values, the same bits.
 // epi16 (default true; FOLD_BWD_VARIANT=epi0: false): the
 // 16-byte epilogue of backward_sm90_epilogue.cuh, as in backward_sm90_ws.cuh. Same bits.
-template <int D, class Tag, bool PINPF = true>
+// WIN: the sliding window's instance (backward_window.cuh): the query blocks of a key block are
+// those its window reaches, and a tile is masked wherever the band of visible diagonals cuts it.
+// Without it (calls with no window), the code is the causal-only kernel's, unchanged.
+template <int D, class Tag, bool PINPF = true, bool WIN = false>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_sm90_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                          const fold_tensor_t v, const fold_tensor_t dout,
@@ -191,7 +196,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = hp::warpgroup_index();
   const int warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;
-  const int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  // The query blocks [q_begin, q_end) that see this key block.
+  int64_t q_begin = p.causal ? (k0 / kBm) * kBm : 0;
+  int32_t q_end = r.len;
+  if constexpr (WIN) bwd::window_query_blocks<kBm>(p, k0, kBn, r.len, &q_begin, &q_end);
 
   const auto qdo_addr = [&](int stage) { return base + Cfg::kOffQdo + 2u * stage * Cfg::kQBytes; };
   const auto stats_addr = [&](int stage) { return base + Cfg::kOffLse + 8u * stage * kBm; };
@@ -284,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int64_t prev_q0 = 0;
 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kBm, stage ^= 1) {
       // This pair's tiles have landed; every thread is done with the previous pair (its dS^T,
       // the other stage, the wgmma reads of both) and its dQ partial is in the staging tile.
       cp_async_wait_all();
@@ -299,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       {
         int next_h = h;
         int64_t next_q0 = q0 + kBm;
-        if (next_q0 >= r.len) {
+        if (next_q0 >= q_end) {
           next_h = h + 1;
           next_q0 = q_begin;
         }
@@ -358,17 +366,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         // s[4 j + 2 i + e] is (key key_l + 8 i, row r0 + 8 j + 2 tq + e).
         {
           const int len = r.len;
-          const bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
-                                 (p.causal && k0 + 64 * wg + 63 > q0 + r0);
+          bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
+                           (p.causal && k0 + 64 * wg + 63 > q0 + r0);
           const int key_limit = static_cast<int>(len - k0);  // key_rel < key_limit
           const int row_limit = static_cast<int>(len - q0);  // row_rel < row_limit
           const int diag = static_cast<int>(q0 - k0);        // causal: key_rel - row_rel <= diag
+          // WIN: the visible diagonals (causal included), and whether they leave out a pair of
+          // this warpgroup's keys x the sub-block's rows (on either side: a window tile of the
+          // first query block is cut below, one of the last above, a narrow window's both).
+          bwd::DiagBand band{};
+          if constexpr (WIN) {
+            band = bwd::diag_band(p, q0, k0);
+            need_mask = need_mask || band.cuts(r0, r0 + 63, 64 * wg, 64 * wg + 63);
+          }
           const auto finish = [&](auto masked) {
             constexpr bool kMasked = decltype(masked)::value;
             const auto valid = [&](int j, int i, int e) {
               if constexpr (!kMasked) return true;
               const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
-              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+              if constexpr (WIN)
+                return key < key_limit && row < row_limit && band.holds(key - row);
+              else
+                return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
             };
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -572,16 +591,26 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
+// The main kernel instance of a variant, with or without the sliding window (WIN).
+template <int D, class Tag, bool WIN>
+auto main_kernel(bool ws, bool dq_first, bool pin_pf) {
+  return !ws         ? (pin_pf ? backward_sm90_kernel<D, Tag, true, WIN>
+                               : backward_sm90_kernel<D, Tag, false, WIN>)
+         : !dq_first ? bwd::backward_ws_kernel<D, Tag, false, true, WIN>
+         : pin_pf    ? bwd::backward_ws_kernel<D, Tag, true, true, WIN>
+                     : bwd::backward_ws_kernel<D, Tag, true, false, WIN>;
+}
+
 template <int D, class Tag>
 void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                  fold_tensor_t dout, const float *lse, const float *delta, const float *bounds,
                  int32_t *dq_grid, fold_tensor_t dk, fold_tensor_t dv, bool v1_order, bool ws,
-                 bool dq_first, bool pin_pf, bool epi16, cudaStream_t stream) {
+                 bool dq_first, bool pin_pf, bool epi16, bool window, cudaStream_t stream) {
   using Cfg = Sm90Cfg<D>;
-  auto kernel = !ws ? (pin_pf ? backward_sm90_kernel<D, Tag> : backward_sm90_kernel<D, Tag, false>)
-                : !dq_first ? bwd::backward_ws_kernel<D, Tag, false>
-                : pin_pf    ? bwd::backward_ws_kernel<D, Tag, true>
-                            : bwd::backward_ws_kernel<D, Tag, true, false>;
+  // The windowed instances exactly when the call's window can cut (backward_window.cuh: a
+  // property of the call, not of the batch).
+  auto kernel = window ? main_kernel<D, Tag, true>(ws, dq_first, pin_pf)
+                       : main_kernel<D, Tag, false>(ws, dq_first, pin_pf);
   const int threads = ws ? bwd::kWsThreads : kThreads;
   const int smem_bytes = ws ? bwd::WsCfg<D>::kSmemBytes : Cfg::kSmemBytes;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), smem_bytes,
@@ -593,6 +622,10 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   // may be short, by fewer hb than there are chunks (those CTAs return at once).
   // FOLD_BWD_VARIANT=v1: v1's order (one chunk); FOLD_BWD_HB_CHUNK=n sets the target chunk
   // (for sweeps on the GPU). Scheduling only: the bits are the same for every choice.
+  // With a sliding window, a key block's query blocks number about (window + block) / kBm
+  // whatever its index, save the first or last few (shorter): key block 0 first is then no
+  // longer strictly longest-first, but the work per CTA is nearly even and the order changes
+  // no bit.
   const int64_t n_hb = static_cast<int64_t>(p.n_kv_heads) * p.batch;
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
   if (n_hb == 0 || n_kb == 0) return;
@@ -638,12 +671,14 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
 // 24, consumers 240) draws on the pool the CTA got at launch, so that pool must hold 128 x 24 +
 // 256 x 240: with fewer registers (another ptxas, a -maxrregcount) the consumers' setmaxnreg.inc
 // would wait forever. Its producer also forms int32 row coordinates up to 256 past a request's
-// rows. Either way the synchronous kernel runs instead (same bits).
-template <int D, class Tag>
+// rows. Either way the synchronous kernel runs instead (same bits). WIN: the windowed instance's
+// pool (its own compilation).
+template <int D, class Tag, bool WIN>
 bool ws_usable(const fold_attn_problem_t &p) {
   static const bool regs_ok = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, bwd::backward_ws_kernel<D, Tag>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, bwd::backward_ws_kernel<D, Tag, true, true, WIN>) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -682,11 +717,13 @@ void launch_sm90_variant(const fold_attn_problem_t &p, fold_tensor_t q, fold_ten
   // "epi0": the default's kernel with dK / dV stored from the accumulators, 4 bytes at a time
   // (the older epilogue; same bits; also for rows not 16-byte aligned, which the C entry point
   // refuses before this).
+  // Every variant has a windowed instance (the same choices apply to windowed calls).
+  const bool window = window_may_mask(p);
   const bool ws = (var == "ws" || var == "wsd" || (var != "sync" && Sm90Cfg<D>::kBm == 64)) &&
-                  ws_usable<D, Tag>(p);
+                  (window ? ws_usable<D, Tag, true>(p) : ws_usable<D, Tag, false>(p));
   const bool epi16 = var != "epi0" && rows_16b_aligned(p, dk) && rows_16b_aligned(p, dv);
   launch_sm90<D, Tag>(p, q, k, v, dout, lse, delta, bounds, dq_grid, dk, dv, v1_order, ws,
-                      var != "wsd", var != "pin0", epi16, stream);
+                      var != "wsd", var != "pin0", epi16, window, stream);
 }
 
 template <class Tag>

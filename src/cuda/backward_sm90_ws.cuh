@@ -33,6 +33,7 @@
 #include "core/tile_plan.h"
 #include "cuda/backward_sm90_epilogue.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
+#include "cuda/backward_window.cuh"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/stmatrix.cuh"
 #include "cuda/hopper/tma.cuh"
@@ -101,7 +102,13 @@ struct WsCfg {
 // A/B runs, and so does a dK / dV view whose rows are not 16-byte aligned): dK and dV leave
 // through shared memory with 16-byte stores (backward_sm90_epilogue.cuh) instead of 4-byte stores
 // straight from the accumulators. The same values at the same addresses.
-template <int D, class Tag, bool DQF = true, bool PINPF = true>
+//
+// WIN: the sliding window's instance (backward_window.cuh, as backward_sm90.cu's kernel): the
+// producer's loads, the dQ pushes and the consumers' pairs all run over the query blocks
+// [q_begin, q_end) its window reaches (one range, item(), so their counts and the stage parities
+// agree), and a tile is masked wherever the band of visible diagonals cuts it. Without it (calls
+// with no window), the code is the causal-only kernel's, unchanged.
+template <int D, class Tag, bool DQF = true, bool PINPF = true, bool WIN = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     backward_ws_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                        const fold_tensor_t v, const fold_tensor_t dout,
@@ -151,6 +158,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       int b, hk, group;
       Request r;
       int64_t k0, q_begin;
+      int32_t q_end;  // the key block's query blocks: [q_begin, q_end)
     } it;
     const uint32_t hb = item_hb();
     it.b = static_cast<int>(hb / static_cast<uint32_t>(p.n_kv_heads));
@@ -159,6 +167,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     it.r = request_of(p, it.b);
     it.k0 = item_k0();
     it.q_begin = p.causal ? (it.k0 / kBm) * kBm : 0;
+    it.q_end = it.r.len;
+    if constexpr (WIN) window_query_blocks<kBm>(p, it.k0, kBn, it.r.len, &it.q_begin, &it.q_end);
     return it;
   };
 
@@ -169,6 +179,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int b = it.b, hk = it.hk, group = it.group;
     const Request r = it.r;
     const int64_t k0 = it.k0, q_begin = it.q_begin;
+    const int32_t q_end = it.q_end;
     const int warp = tid >> 5, lane = tid & 31;
     if (warp == 0) {
       const bool dense = p.cu_seqlens == nullptr;
@@ -187,7 +198,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
         const int64_t head_row = static_cast<int64_t>(h) * p.total_tokens + r.first;
         const float *lse_h = lse + head_row, *delta_h = delta + head_row;
-        for (int32_t q0 = qb; q0 < len; q0 += kBm, stage ^= 1, ++n) {
+        for (int32_t q0 = qb; q0 < q_end; q0 += kBm, stage ^= 1, ++n) {
           if (n >= 2) {
             hp::mbar_wait(&empty[stage], (phases >> stage) & 1u);
             phases ^= 1u << stage;
@@ -204,7 +215,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                               h * muls.do_head, row, bd);
             }
           }
-          // lse and Delta of the pair's rows (zeros past the request's end).
+          // lse and Delta of the pair's rows (zeros past the request's end; rows of the request
+          // past q_end are loaded: the window masks them, as the CPU reference's tile holds them).
           const uint32_t st = base + Cfg::kOffLse + 8u * stage * kBm;
 #pragma unroll
           for (int i = lane; i < kBm; i += 32) {
@@ -219,11 +231,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     } else if (warp <= 2) {
       // The dQ push of consumer c = warp - 1.
       const int c = warp - 1;
-      const int pairs = group * static_cast<int>((r.len - q_begin + kBm - 1) / kBm);
+      // The pairs the consumers run (and the producer loads): the last one waits for its
+      // reduce to complete and leaves the staging half taken.
+      const int pairs = group * static_cast<int>((q_end - q_begin + kBm - 1) / kBm);
       hp::named_bar_arrive(kBarEmpty + c, 128 + 32);  // the staging half starts free
       int n = 0;
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
-        for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, ++n) {
+        for (int64_t q0 = q_begin; q0 < q_end; q0 += kBm, ++n) {
           hp::named_bar_sync(kBarFull + c, 128 + 32);
           if (lane == 0) {
             const int32_t row = static_cast<int32_t>(r.first + q0);
@@ -262,6 +276,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int b = it.b, hk = it.hk, group = it.group;
   const Request r = it.r;
   const int64_t k0 = it.k0, q_begin = it.q_begin;
+  const int32_t q_end = it.q_end;
   const int c = wg - 1;
   const int ctid = tid - 128;  // 0 .. 255
   const GridScale gs =
@@ -305,7 +320,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   uint32_t phases = 0;  // bit s: the parity the next wait on full[s] expects
 
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t q0 = q_begin; q0 < r.len; q0 += kBm, stage ^= 1) {
+    for (int64_t q0 = q_begin; q0 < q_end; q0 += kBm, stage ^= 1) {
       hp::mbar_wait(&full[stage], (phases >> stage) & 1u);
       phases ^= 1u << stage;
       if (q0 + kBm > r.len) {
@@ -375,17 +390,27 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         // ---- 2. P^T and dS^T 2^t in place, masked where needed (backward_sm90.cu).
         {
           const int len = r.len;
-          const bool need_mask = k0 + 64 * c + 64 > len || q0 + r0 + 64 > len ||
-                                 (p.causal && k0 + 64 * c + 63 > q0 + r0);
+          bool need_mask = k0 + 64 * c + 64 > len || q0 + r0 + 64 > len ||
+                           (p.causal && k0 + 64 * c + 63 > q0 + r0);
           const int key_limit = static_cast<int>(len - k0);
           const int row_limit = static_cast<int>(len - q0);
           const int diag = static_cast<int>(q0 - k0);
+          // WIN: the visible diagonals (causal included), and whether they leave out a pair of
+          // this consumer's keys x the sub-block's rows, on either side (backward_sm90.cu).
+          DiagBand band{};
+          if constexpr (WIN) {
+            band = diag_band(p, q0, k0);
+            need_mask = need_mask || band.cuts(r0, r0 + 63, 64 * c, 64 * c + 63);
+          }
           const auto finish = [&](auto masked) {
             constexpr bool kMasked = decltype(masked)::value;
             const auto valid = [&](int j, int i, int e) {
               if constexpr (!kMasked) return true;
               const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
-              return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
+              if constexpr (WIN)
+                return key < key_limit && row < row_limit && band.holds(key - row);
+              else
+                return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
             };
 #pragma unroll
             for (int j = 0; j < 8; ++j) {

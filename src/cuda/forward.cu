@@ -27,6 +27,14 @@
 // Query rows past the end are computed (rows are independent) but never stored. No split-KV,
 // no atomics: out and lse of a request are the same bits alone, in any batch, at any
 // packed offset, and across repeats.
+//
+// Sliding windows (core/window.h): v1.2 (and v0, forward_v0.cu); v1 and v1.1 refuse a window that
+// masks anything. In separate kernel instances (kWindow), so that calls without one run the code
+// of before. A tile the window cuts visits the key blocks the CPU reference visits (visible_keys,
+// aligned to the request's start) and masks with window_mask.cuh's rule; a tile it does not cut
+// runs the forms of before, the same instruction sequence (so a window that hides nothing from
+// a request should give it the bits of no window: the GPU tests are to confirm it across the two
+// instances). See forward_v12_kernel.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,6 +51,7 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "core/window.h"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
@@ -54,6 +63,7 @@
 #include "cuda/tensor_map.h"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_order.cuh"
+#include "cuda/window_mask.cuh"
 
 namespace fold::cuda {
 
@@ -387,12 +397,20 @@ __device__ __forceinline__ float tree_max(float (&v)[M]) {
 // Online softmax of one key block (the arithmetic of v1, O's rescale left to the caller):
 // mask where needed, raw-score row maxima, new running max, alpha, l rescaled, and P (fp32,
 // unrounded) written over the scores with its row sums added to l.
-template <int kBn, bool kTreeMax = true>
+// kWindow: the tile is one a sliding window cuts (v1.2's kWin form): the mask is window_mask.cuh's
+// (win: the warp's rows), which may hide keys on a block's left too and every key of a block
+// from some rows (their row maximum is then -inf: m_new = m keeps alpha = 1 and P = 0, or, for a
+// row that has seen no key yet, m stays -inf, alpha = 1 and P = 2^(-inf) = 0, so the row's m, l
+// and O come out unchanged, as the CPU reference's skip of such a row leaves them). Otherwise
+// the causal / request-end mask of v1 (win unused), unchanged: the same decisions and bits.
+template <int kBn, bool kTreeMax = true, bool kWindow = false>
 __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2], float (&l)[2],
                                               float (&alpha)[2], int k0, int len, bool causal,
-                                              int q_row0, int g, int t, float scale_log2) {
+                                              int q_row0, int g, int t, float scale_log2,
+                                              const RowsWindow &win = RowsWindow{}) {
   const float neg_inf = -__int_as_float(0x7f800000);
-  const bool need_mask = k0 + kBn > len || (causal && k0 + kBn - 1 > q_row0);
+  const BlockMask<kBn> wm(win, k0, len);  // (kWindow only)
+  const bool need_mask = kWindow ? wm.any() : (k0 + kBn > len || (causal && k0 + kBn - 1 > q_row0));
   float row_max[2] = {neg_inf, neg_inf};
   if constexpr (kTreeMax) {
     if (need_mask) {
@@ -402,7 +420,8 @@ __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2
       for (int i = 0; i < kBn / 2; ++i) {
         const int row = g + ((i >> 1) & 1) * 8;
         const int key = (i >> 2) * 8 + 2 * t + (i & 1);
-        const bool masked = key >= key_limit || (causal && key > diag + row);
+        const bool masked =
+            kWindow ? wm.masked(row, key) : (key >= key_limit || (causal && key > diag + row));
         if (masked) sc[i] = neg_inf;
       }
     }
@@ -429,7 +448,8 @@ __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2
     for (int i = 0; i < kBn / 2; ++i) {
       const int row = g + ((i >> 1) & 1) * 8;
       const int key = (i >> 2) * 8 + 2 * t + (i & 1);
-      const bool masked = key >= key_limit || (causal && key > diag + row);
+      const bool masked =
+          kWindow ? wm.masked(row, key) : (key >= key_limit || (causal && key > diag + row));
       if (masked) sc[i] = neg_inf;
       row_max[(i >> 1) & 1] = fmaxf(row_max[(i >> 1) & 1], sc[i]);
     }
@@ -745,7 +765,9 @@ struct V12ProducerRegs {
   static constexpr int value = !kScan ? kProducerRegs : (NC == 3 ? 32 : 40);
 };
 
-template <int D, class Tag, int NC, int EPI, bool kScan>
+// kWindow: the instance for calls whose sliding window can mask something (launch_v12_epi); the
+// others are compiled as they were before windows existed (no window code at all: the same SASS).
+template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
@@ -789,10 +811,17 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   const uint32_t rounds = (n_tiles + grid - 1) / grid;
 
   // The tile of round k for this CTA, decoded as v1.1 decodes blockIdx.x; false if none or
-  // idle. Every role calls it with the same k, so all see the same tile sequence.
+  // idle. Every role calls it with the same k, so all see the same tile sequence, and the same
+  // key blocks: k_first, k_first + 1, .., k_first + n_kblocks - 1 (request-relative block
+  // indices; pipeline block j of the tile is key block k_first + j).
+  // A tile a sliding window cuts (`cut`: window_mask.cuh's window_cuts) takes the blocks that
+  // can hold a key its rows see, as the CPU reference does (visible_keys, its first key rounded
+  // down to a block start: blocks stay aligned to the request's start); every other tile, and
+  // every tile of a call without a window, takes [0, k_end) as before (k_first = 0).
   struct Tile {
     Request r;
-    int h, hk, b, q0, n_kblocks;
+    int h, hk, b, q0, k_first, n_kblocks;
+    bool cut;
     int32_t row_base, batch;
   };
   auto tile_of = [&](uint32_t k, Tile &tl) -> bool {
@@ -807,7 +836,15 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     tl.q0 = qb * kBm;
     tl.hk = tl.h / (p.n_heads / p.n_kv_heads);
     const int k_end = p.causal ? min(tl.r.len, tl.q0 + kBm) : tl.r.len;
+    tl.k_first = 0;
     tl.n_kblocks = (k_end + kBn - 1) / kBn;  // >= 1
+    tl.cut = false;
+    if constexpr (kWindow) {
+      const int q1 = min(tl.r.len, tl.q0 + kBm);
+      tl.cut = window_cuts(p, tl.q0, q1, tl.r.len);
+      // (Every row sees its own key: the blocks hold [q0, q1), so n_kblocks >= 1.)
+      if (tl.cut) visible_key_blocks<kBn>(p, tl.q0, q1, tl.r.len, &tl.k_first, &tl.n_kblocks);
+    }
     tl.row_base = dense ? 0 : static_cast<int32_t>(tl.r.first);
     tl.batch = dense ? tl.b : 0;
     return true;
@@ -836,7 +873,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
 #pragma unroll
           for (int pn = 0; pn < C::kPanels; ++pn)
             hw::tma_load_4d(tiles_s + s * C::kKvBytes + pn * C::kKvPanel, tm, &full[s], pn * 64,
-                            head, tl.row_base + j * kBn, tl.batch * bmul);
+                            head, tl.row_base + (tl.k_first + j) * kBn, tl.batch * bmul);
         };
         const int kh = tl.hk * muls.k_head, vh = tl.hk * muls.v_head;
         // K_0 first (its stage frees early), then Q once the consumers' last S of the
@@ -862,7 +899,10 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       // fill, as the consumers do, and release it with one arrival per warp (the empty
       // barriers count them), so the producer refills no stage before they are done with it.
       // Each (request, KV head)'s keys are read once: key block j by the tile of the group's
-      // first head whose query block holds row j kBn (self-attention: the tile loads it).
+      // first head whose query block holds row j kBn (self-attention: the tile loads it; with a
+      // sliding window too, as every row sees its own key: k_first kBn <= q0 <= j kBn and
+      // j kBn < q1 <= k_hi). j_lo, j_hi and take's j count pipeline blocks (key block
+      // k_first + j).
       const int group = p.n_heads / p.n_kv_heads;
       const int tid = static_cast<int>(threadIdx.x) - 32;
       uint32_t it = 0;  // key blocks consumed so far (stage / parity, as the producer's)
@@ -872,8 +912,11 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         Tile tl;
         if (!tile_of(k, tl)) continue;
         const int qb = tl.q0 / kBm;
-        const int j_lo = tl.h % group == 0 ? (qb * kBm + kBn - 1) / kBn : tl.n_kblocks;
-        const int j_hi = min((qb * kBm + kBm + kBn - 1) / kBn, tl.n_kblocks);
+        const int j_lo = tl.h % group == 0 ? (qb * kBm + kBn - 1) / kBn - tl.k_first : tl.n_kblocks;
+        const int j_hi = min((qb * kBm + kBm + kBn - 1) / kBn - tl.k_first, tl.n_kblocks);
+        // The request's keys from pipeline block 0 on (one value, not two, live in the loop:
+        // with a window the scan warps' registers are tight enough for the difference to spill).
+        const int keys_left = tl.r.len - tl.k_first * kBn;
         uint32_t mk = 0, mv = 0;
         // Key block j's K or V: wait for its fill, take the maxima if the block is this tile's,
         // release it. In the producer's order (K_0, then K_j before V_{j-1}, then V_{n-1}), so
@@ -885,7 +928,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
           const uint32_t s = n % kStages;
           hw::mbar_wait(is_v ? &v_full[s] : &k_full[s], (n / kStages) & 1);
           if (j >= j_lo && j < j_hi) {
-            const int rows = min(kBn, tl.r.len - j * kBn);
+            const int rows = min(kBn, keys_left - j * kBn);
             const uint32_t tile = hw::smem_u32((is_v ? v_s : k_s) + s * C::kKvBytes);
             uint32_t &m = is_v ? mv : mk;
             m = tile_abs_max<C::kKvBytes, C::kKvPanel, 32 * kScanWarps>(tile, rows, tid, m);
@@ -972,7 +1015,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     if (lane == 0) hw::mbar_arrive(bar);
   };
 
-  // A tile's consumer work in one of three forms (compile-time, so that the code between each
+  // A tile's consumer work in one of four forms (compile-time, so that the code between each
   // wgmma.fence and its commit stays straight-line: runtime branches there, or S written into
   // half of sc, made ptxas serialise the wgmma, C7515): kFull; kHalf, whose last key block has
   // at most half its keys in range (a request's last block, or a causal tile's diagonal block
@@ -980,13 +1023,23 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
   // masked, so their P is 0 and the terms left out are exact zeros: o + 0 = o); kIdle, a
   // consumer whose 64 rows all lie past the request's end (the last tile of a request whose
   // length is not a multiple of the tile's rows): no GEMM, no softmax and no output, only its
-  // waits, turns, releases and its share of the V tail. Which form a tile takes depends on its
-  // request's own length only (FOLD_FWD_TRIM=0: always kFull).
-  enum Form { kFull, kHalf, kIdle };
+  // waits, turns, releases and its share of the V tail; kWin, a tile a sliding window cuts
+  // (tl.cut): kFull's sequence over the key blocks from tl.k_first on, with the window's mask
+  // (softmax_block's kWindow). kFull and kHalf run only on tiles the window does not cut, whose
+  // blocks start at key 0, so their code is the one of a call without a window; kHalf is not
+  // used for cut tiles (a separate copy for them would buy little). Which form a tile takes
+  // depends on its request's own length and the call's window only (FOLD_FWD_TRIM=0: kFull or
+  // kWin).
+  enum Form { kFull, kHalf, kIdle, kWin };
   auto run_tile = [&](const Tile &tl, uint32_t it, uint32_t tiles, auto form_tag) {
     constexpr int kForm = decltype(form_tag)::value;
     const Request &r = tl.r;
     const int q0 = tl.q0, n_kblocks = tl.n_kblocks;
+    // The first key of pipeline block 0 (request-relative). kIdle can run on a cut tile too,
+    // and needs it for the V tail; kFull and kHalf see only tiles whose blocks start at 0.
+    const int kb0 = kForm == kWin || (kWindow && kForm == kIdle) ? tl.k_first * kBn : 0;
+    // The window of this warp's 16 rows (kWin only).
+    const RowsWindow win = kForm == kWin ? rows_window(p, q0 + r0) : RowsWindow{};
     if constexpr (kForm != kIdle) {
 #pragma unroll
       for (int i = 0; i < kDp / 2; ++i) o[i] = 0.0f;
@@ -1013,7 +1066,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       if (n_kblocks == 1) release(q_empty);
     }
     if constexpr (kForm != kIdle) {
-      softmax_block<kBn, NC == 2>(sc, m, l, alpha, 0, r.len, p.causal, q0 + r0, g, t, scale_log2);
+      softmax_block<kBn, NC == 2, kForm == kWin>(sc, m, l, alpha, kb0, r.len, p.causal, q0 + r0, g,
+                                                 t, scale_log2, win);
 #pragma unroll
       for (int i = 0; i < kDp / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
       pack_p();
@@ -1040,8 +1094,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       release(&k_empty[s]);
       if (j == n_kblocks - 1) release(q_empty);  // the tile's last S: Q is free
       if constexpr (kForm != kIdle) {
-        softmax_block<kBn, NC == 2>(sc, m, l, alpha, j * kBn, r.len, p.causal, q0 + r0, g, t,
-                                    scale_log2);
+        softmax_block<kBn, NC == 2, kForm == kWin>(sc, m, l, alpha, kb0 + j * kBn, r.len, p.causal,
+                                                   q0 + r0, g, t, scale_log2, win);
         hw::wait<0>();
         hw::fence_operands(o);
         fence_pa();
@@ -1059,7 +1113,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       const int jl = n_kblocks - 1;
       const uint32_t n = it + static_cast<uint32_t>(jl);
       const uint32_t sl = n % kStages;
-      const int k0 = jl * kBn;
+      const int k0 = kb0 + jl * kBn;
       hw::mbar_wait(&v_full[sl], (n / kStages) & 1);
       // (Every consumer, idle ones included, reaches the tail's barrier after its last turn.)
       if (k0 + kBn > r.len)
@@ -1145,6 +1199,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     const int k_end = p.causal ? min(tl.r.len, tl.q0 + kBm) : tl.r.len;
     if (trim_on && tl.q0 + 64 * cw >= tl.r.len)
       run_tile(tl, it, tiles, std::integral_constant<int, kIdle>{});
+    else if (kWindow && tl.cut)
+      run_tile(tl, it, tiles, std::integral_constant<int, kWin>{});
     else if (trim_on && k_end - (tl.n_kblocks - 1) * kBn <= kBn / 2)
       run_tile(tl, it, tiles, std::integral_constant<int, kHalf>{});
     else
@@ -1304,14 +1360,15 @@ int forward_epi() { return env_choice("FOLD_FWD_EPI", {"stg", "shf"}, kEpiShf); 
 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg). kScan: the instance whose producer
-// warps also take the K / V bounds into kv_bounds (zeroed by the caller).
-template <int D, class Tag, int NC, int EPI, bool kScan>
+// warps also take the K / V bounds into kv_bounds (zeroed by the caller). kWindow: the instance
+// that applies a sliding window.
+template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
   using C = V12Cfg<D, NC>;
   constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel = forward_v12_kernel<D, Tag, NC, EPI, kScan>;
+  auto kernel = forward_v12_kernel<D, Tag, NC, EPI, kScan, kWindow>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
@@ -1327,25 +1384,48 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
   check(cudaGetLastError(), "forward kernel launch");
 }
 
-// v1.2 with the epilogue forward_epi picks; returns true when it took the K / V bounds. Only
-// the default epilogue has a scanning instance (the other is for A/B runs): a separate
-// instance, so the forward of inference keeps its code as it was (the scan changes ptxas's
-// schedule of the whole kernel, and spills a few tile values in the scan warps).
-template <int D, class Tag, int NC>
-bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+// v1.2 with the default epilogue, with or without the K / V scan (kv_bounds null: without);
+// returns true when it took the K / V bounds.
+template <int D, class Tag, int NC, bool kWindow>
+bool launch_v12_shf(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
-  if (forward_epi() == kEpiStg) {
-    launch_v12<D, Tag, NC, kEpiStg, false>(p, q, k, v, out, lse, nullptr, stream);
-    return false;
-  }
   if (kv_bounds == nullptr) {
-    launch_v12<D, Tag, NC, kEpiShf, false>(p, q, k, v, out, lse, nullptr, stream);
+    launch_v12<D, Tag, NC, kEpiShf, false, kWindow>(p, q, k, v, out, lse, nullptr, stream);
     return false;
   }
   // Zeroed bits are the identity of the scan warps' atomicMax.
   check(cudaMemsetAsync(kv_bounds, 0, bounds_bytes(p), stream), "cudaMemsetAsync(kv_bounds)");
-  launch_v12<D, Tag, NC, kEpiShf, true>(p, q, k, v, out, lse, kv_bounds, stream);
+  launch_v12<D, Tag, NC, kEpiShf, true, kWindow>(p, q, k, v, out, lse, kv_bounds, stream);
   return true;
+}
+
+// v1.2 with the epilogue forward_epi picks; returns true when it took the K / V bounds. Only
+// the default epilogue has a scanning instance (the other is for A/B runs): a separate
+// instance, so the forward of inference keeps its code as it was (the scan changes ptxas's
+// schedule of the whole kernel, and spills a few tile values in the scan warps).
+// Sliding windows likewise: a call whose window can mask something (window_may_mask: the window
+// settings alone, never the batch's lengths) runs the kWindow instances, every other call the
+// instances of before, whose code the window left untouched. The window instances exist for the
+// default epilogue and consumer count only: the A/B forms (FOLD_FWD_EPI=stg, FOLD_FWD_VARIANT=
+// v1.2-2wg) refuse a window that masks something in requests of up to seqlen tokens and run one
+// that masks nothing as no window (exact then).
+template <int D, class Tag, int NC>
+bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
+                    fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
+  constexpr bool kDefaultNc = !(D == 64 && NC == 2);  // D 64's default runs 3 consumers
+  if ((forward_epi() == kEpiStg || !kDefaultNc) && !window_masks_nothing(p, p.seqlen))
+    fail(FOLD_ERR_UNSUPPORTED, "window_before=" + std::to_string(p.window_before) +
+                                   ", window_after=" + std::to_string(p.window_after) +
+                                   ": FOLD_FWD_EPI=stg and FOLD_FWD_VARIANT=v1.2-2wg take no "
+                                   "sliding window shorter than the longest request");
+  if (forward_epi() == kEpiStg) {
+    launch_v12<D, Tag, NC, kEpiStg, false, false>(p, q, k, v, out, lse, nullptr, stream);
+    return false;
+  }
+  if constexpr (kDefaultNc)
+    if (window_may_mask(p))
+      return launch_v12_shf<D, Tag, NC, true>(p, q, k, v, out, lse, kv_bounds, stream);
+  return launch_v12_shf<D, Tag, NC, false>(p, q, k, v, out, lse, kv_bounds, stream);
 }
 
 // Returns true when the launched kernel took the K / V bounds into kv_bounds itself.
@@ -1360,6 +1440,13 @@ bool launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
       return launch_v12_epi<D, Tag, 3>(p, q, k, v, out, lse, kv_bounds, stream);
   if (variant == Variant::kV12 || variant == Variant::kV12TwoConsumers)
     return launch_v12_epi<D, Tag, 2>(p, q, k, v, out, lse, kv_bounds, stream);
+  // v1 and v1.1 (A/B runs only) mask causally only: a window that masks nothing for requests of
+  // up to seqlen tokens leaves their result exact, any other is refused rather than ignored.
+  if (!window_masks_nothing(p, p.seqlen))
+    fail(FOLD_ERR_UNSUPPORTED, "window_before=" + std::to_string(p.window_before) +
+                                   ", window_after=" + std::to_string(p.window_after) +
+                                   ": FOLD_FWD_VARIANT v1 / v1.1 take no sliding window shorter "
+                                   "than the longest request; the default forward (v1.2) does");
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");

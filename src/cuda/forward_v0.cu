@@ -9,6 +9,13 @@
 // out = acc / l, lse = (m + log2 l) * ln 2. Bits may differ from the CPU (exp2, summation
 // order), but not between calls: tiles start at each request's first token and the plan is
 // forward_plan(head_dim) alone, so a row's result never depends on the batch around it.
+//
+// Sliding windows (core/window.h) in the kWindow instance, which the launcher runs for a call
+// whose window can mask something (the others run the code of before, untouched): a query block
+// visits the key blocks visible_keys names (its first key rounded down to a block start, as
+// the CPU reference), a warp skips a block whose every key is hidden from all its rows, and the
+// mask is window_mask.cuh's (causal and the request's end included). A row that sees no key of
+// a block keeps its m, l and acc (alpha = 1, P = 0), as the CPU reference's skip of it does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,9 +27,11 @@
 #include "core/problem.h"
 #include "core/status.h"
 #include "core/tile_plan.h"
+#include "core/window.h"
 #include "cuda/launch.h"
 #include "cuda/launch_setup.h"
 #include "cuda/tile_mma.cuh"
+#include "cuda/window_mask.cuh"
 
 namespace fold::cuda {
 
@@ -45,7 +54,7 @@ struct FwdCfg {
   static_assert(kBm == 16 * kWarps, "one warp per 16 query rows");
 };
 
-template <int D, class Tag>
+template <int D, class Tag, bool kWindow>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                    const fold_tensor_t v, const fold_tensor_t out, float *__restrict__ lse) {
@@ -72,10 +81,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
 
-  const int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
+  int64_t k_start = 0;  // (a multiple of kBn: blocks start at the request's start)
+  int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
+  RowsWindow win{};  // the window of the warp's 16 rows (kWindow)
+  if constexpr (kWindow) {
+    int64_t k_lo = 0;
+    visible_keys(p, q0, min(static_cast<int64_t>(r.len), q0 + kBm), r.len, &k_lo, &k_end);
+    k_start = k_lo / kBn * kBn;
+    win = rows_window(p, static_cast<int>(q0) + r0);
+  }
   load_tile<kBm, D, kThreads>(q_s, p, q, b, r, q0, h);
-  load_tile<kBn, D, kThreads>(kv_s, p, k, b, r, 0, hk);
-  load_tile<kBn, D, kThreads>(kv_s + kBn * kLd, p, v, b, r, 0, hk);
+  load_tile<kBn, D, kThreads>(kv_s, p, k, b, r, k_start, hk);
+  load_tile<kBn, D, kThreads>(kv_s + kBn * kLd, p, v, b, r, k_start, hk);
   cp_async_commit();
 
   float o[kDt][4];
@@ -85,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const uint32_t q_base = smem_addr(q_s);
   int stage = 0;
-  for (int64_t k0 = 0; k0 < k_end; k0 += kBn, stage ^= 1) {
+  for (int64_t k0 = k_start; k0 < k_end; k0 += kBn, stage ^= 1) {
     // Block k0 has landed, and every warp is done with the other stage (block k0 - kBn).
     cp_async_wait_all();
     __syncthreads();
@@ -97,7 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const uint32_t k_base = smem_addr(kv_s + stage * 2 * kBn * kLd);
     const uint32_t v_base = k_base + 2u * kBn * kLd;
-    if (p.causal && k0 > q0 + r0 + 15) continue;  // every key is masked for this warp
+    const BlockMask<kBn> bm(win, static_cast<int>(k0), r.len);  // (kWindow)
+    // Every key is masked for this warp.
+    if (kWindow ? bm.all() : (p.causal && k0 > q0 + r0 + 15)) continue;
 
     float s[kNt][4];
 #pragma unroll
@@ -118,10 +137,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Mask and row maxima of the raw scores (rows g and g + 8 of the warp); the scale is
     // applied to the maxima (scale > 0, so max and rounding commute) and fused into the
     // exponent: P = 2^(s * scale log2 e - m). Only blocks that reach past the request's end
-    // or the warp's diagonal are masked (a choice made from positions inside the request
-    // alone, so it cannot depend on the batch either).
+    // or the warp's diagonal (or an edge of its rows' windows) are masked (a choice made from
+    // positions inside the request alone, so it cannot depend on the batch either).
     float row_max[2] = {neg_inf, neg_inf};
-    const bool need_mask = k0 + kBn > r.len || (p.causal && k0 + kBn - 1 > q0 + r0);
+    const bool need_mask =
+        kWindow ? bm.any() : (k0 + kBn > r.len || (p.causal && k0 + kBn - 1 > q0 + r0));
     if (need_mask) {
       const int key_limit = static_cast<int>(min(r.len - k0, static_cast<int64_t>(kBn)));
       const int diag = static_cast<int>(q0 + r0 - k0);  // key (block-relative) <= diag + row
@@ -131,7 +151,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) {
           const int row = g + (e >> 1) * 8;
           const int key = nt * 8 + 2 * t + (e & 1);
-          const bool masked = key >= key_limit || (p.causal && key > diag + row);
+          const bool masked =
+              kWindow ? bm.masked(row, key) : (key >= key_limit || (p.causal && key > diag + row));
           if (masked) s[nt][e] = neg_inf;
           row_max[e >> 1] = fmaxf(row_max[e >> 1], s[nt][e]);
         }
@@ -148,7 +169,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_max[i] = fmaxf(row_max[i], __shfl_xor_sync(0xffffffffu, row_max[i], 2));
       const float m_new = fmaxf(m[i], row_max[i] * scale_log2);
       // A row with every key so far masked keeps m = -inf, l = 0, acc = 0; its P is
-      // 2^(-inf - 0) = 0 below.
+      // 2^(-inf - 0) = 0 below. One that sees no key of this block alone (causal, window)
+      // keeps its m: alpha = 2^0 = 1 exactly, and its P is 0.
       alpha[i] = m_new == neg_inf ? 1.0f : (m[i] == neg_inf ? 0.0f : fast_exp2(m[i] - m_new));
       m[i] = m_new;
       m_use[i] = m_new == neg_inf ? 0.0f : m_new;
@@ -214,29 +236,32 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-template <int D, class Tag>
+// kWindow: the instance for a call whose sliding window can mask something (window_may_mask:
+// the window settings alone, never the batch's lengths); every other call runs the instance of
+// before.
+template <int D, class Tag, bool kWindow>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, cudaStream_t stream) {
   using Cfg = FwdCfg<D>;
-  auto kernel = forward_kernel<D, Tag>;
+  auto kernel = forward_kernel<D, Tag, kWindow>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "forward");
   const dim3 grid((p.seqlen + Cfg::kBm - 1) / Cfg::kBm, p.n_heads, p.batch);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, out, lse);
   check(cudaGetLastError(), "forward_kernel launch");
 }
 
-template <class Tag>
+template <class Tag, bool kWindow>
 void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      return launch<64, Tag>(p, q, k, v, out, lse, stream);
+      return launch<64, Tag, kWindow>(p, q, k, v, out, lse, stream);
     case 96:
-      return launch<96, Tag>(p, q, k, v, out, lse, stream);
+      return launch<96, Tag, kWindow>(p, q, k, v, out, lse, stream);
     case 128:
-      return launch<128, Tag>(p, q, k, v, out, lse, stream);
+      return launch<128, Tag, kWindow>(p, q, k, v, out, lse, stream);
     case 256:
-      return launch<256, Tag>(p, q, k, v, out, lse, stream);
+      return launch<256, Tag, kWindow>(p, q, k, v, out, lse, stream);
     default:
       fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p.head_dim) +
                                      ": the CUDA training kernels take 64, 96, 128 or 256");
@@ -251,10 +276,13 @@ void launch_forward_v0(const fold_attn_problem_t &p, fold_tensor_t q, fold_tenso
   if (p.batch > 65535 || p.n_heads > 65535)
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const bool windowed = window_may_mask(p);
   if (p.dtype == FOLD_DTYPE_BF16)
-    launch_dim<Bf16>(p, q, k, v, out, lse, stream);
+    windowed ? launch_dim<Bf16, true>(p, q, k, v, out, lse, stream)
+             : launch_dim<Bf16, false>(p, q, k, v, out, lse, stream);
   else
-    launch_dim<F16>(p, q, k, v, out, lse, stream);
+    windowed ? launch_dim<F16, true>(p, q, k, v, out, lse, stream)
+             : launch_dim<F16, false>(p, q, k, v, out, lse, stream);
 }
 
 }  // namespace fold::cuda

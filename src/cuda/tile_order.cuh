@@ -9,7 +9,8 @@
 // chunks' heads instead of one head per CTA: a wave of 132 CTAs over 132 heads (MHA) reads
 // more K / V than L2 holds, and each query block re-reads it from DRAM. The launcher picks
 // the chunk (forward.cu, tile_order). Scheduling only: a tile computes the same bits wherever
-// it falls in the order.
+// it falls in the order. (A sliding window bounds every tile's keys, so tiles differ less in
+// length and the longest-first order matters less; it stays valid, as any order is.)
 
 #include <cstdint>
 

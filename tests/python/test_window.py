@@ -1,14 +1,12 @@
 """Sliding windows (window_size, FlashAttention's convention) on the CPU reference: forward and
 gradients against SDPA with the window written out as a mask, per-sequence windows in packed
-batches, bit-identity where the window masks nothing, argument errors, torch.compile, the CUDA
-path's refusal of windows its kernels do not apply yet, and transformers' sliding_window."""
+batches, bit-identity where the window masks nothing, argument errors and torch.compile (the
+CUDA kernels' windows: test_gpu_window.py)."""
 
 import pytest
 import torch
 
 import fold_attention as fa
-from fold_attention import training
-from helpers import gpu_ready
 
 
 def _window_mask(s: int, causal: bool, window) -> torch.Tensor:
@@ -174,23 +172,6 @@ def test_window_under_torch_compile_gives_the_eager_bits():
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(qs, qc))
 
 
-def test_cuda_path_refuses_a_window_its_kernels_do_not_apply(monkeypatch):
-    """Checked before any library call: the spec of a CUDA call with a cutting window is refused
-    with NotImplementedError naming window_size; one that masks nothing is accepted."""
-    monkeypatch.setattr(training, "require_cuda_kernels", lambda device, fn: None)
-    base = dict(varlen=False, batch=1, seqlen=100, total_tokens=100, n_heads=2, n_kv_heads=2,
-                head_dim=64, dtype=torch.bfloat16, device=torch.device("cuda"), causal=True,
-                softmax_scale=0.125, cu_seqlens=None, cu_seqlens_host=None)
-    spec = training.AttnSpec(**base, window_before=30)
-    with pytest.raises(NotImplementedError, match=r"window_size=\(29, -1\)"):
-        training._require_backend(spec, "fold_attn_func")
-    training._require_backend(training.AttnSpec(**base, window_before=100), "fold_attn_func")
-    training._require_backend(training.AttnSpec(**base, window_after=3), "fold_attn_func")
-    spec = training.AttnSpec(**dict(base, causal=False), window_after=3)
-    with pytest.raises(NotImplementedError, match="window_size"):
-        training._require_backend(spec, "fold_attn_func")
-
-
 def test_spec_keeps_the_window_as_given():
     """Only the after side under causal masking is dropped (moot); a side longer than the
     sequence is kept, so the call's kernel path never depends on the batch's lengths."""
@@ -199,18 +180,5 @@ def test_spec_keeps_the_window_as_given():
 
     spec = validate_attention(q, k, v, fn="f", varlen=False, causal=True, window_size=(99, 4))
     assert (spec.window_before, spec.window_after) == (100, 0)
-    assert not spec.window_cuts()
     spec = validate_attention(q, k, v, fn="f", varlen=False, causal=False, window_size=(8, 3))
     assert (spec.window_before, spec.window_after) == (9, 4)
-    assert spec.window_cuts()
-
-
-@pytest.mark.skipif(not gpu_ready()[0], reason=gpu_ready()[1] or "GPU")
-@pytest.mark.gpu
-def test_gpu_window_that_masks_nothing_runs_and_one_that_cuts_is_refused():
-    q, k, v = (x.cuda() for x in _inputs(2, 256, 4, 2, 64, torch.bfloat16, seed=7))
-    plain = fa.fold_attn_func(q, k, v, causal=True)
-    wide = fa.fold_attn_func(q, k, v, causal=True, window_size=(255, 0))
-    assert torch.equal(plain, wide)
-    with pytest.raises(NotImplementedError, match="window_size"):
-        fa.fold_attn_func(q, k, v, causal=True, window_size=(100, 0))
