@@ -43,11 +43,26 @@ for dtype in () if decode_only else (torch.bfloat16, torch.float16):
         fa.fold_attn_func(ql, kl, vl, causal=False, window_size=(70, 150)).backward(torch.randn_like(ql))
         qw, kw, vw = (x.detach()[:, :, :2].clone().requires_grad_(True) for x in (ql, kl, vl))
         fa.fold_attn_func(qw, kw, vw, causal=True, window_size=(90, 0)).backward(torch.randn_like(qw))
-    # D 256 (v0's backward main kernel) with a window.
+        # Attention sinks (the forward's kSinks instances, without and with a window), and the
+        # v0 forward's (k with token stride 0: a layout TMA cannot describe).
+        sk = (torch.randn(4, device=dev) * 2).requires_grad_(True)
+        fa.fold_attn_func(ql, kl, vl, causal=True, sinks=sk).backward(torch.randn_like(ql))
+        fa.fold_attn_func(ql, kl, vl, causal=False, window_size=(70, 150),
+                          sinks=sk).backward(torch.randn_like(ql))
+        with torch.no_grad():
+            k0 = kl.detach()[:, :1].expand(kl.shape)
+            fa.fold_attn_func(ql.detach(), k0, vl.detach(), causal=True, sinks=sk.detach())
+            fa.fold_attn_func(ql.detach(), k0, vl.detach(), causal=True, window_size=(40, 0),
+                              sinks=sk.detach())
+    # D 256 (v0's backward main kernel) with a window, and with sinks.
     qw = torch.randn(1, 300, 2, 256, device=dev, dtype=dtype, requires_grad=True)
     kw = torch.randn(1, 300, 1, 256, device=dev, dtype=dtype, requires_grad=True)
     vw = torch.randn(1, 300, 1, 256, device=dev, dtype=dtype, requires_grad=True)
     fa.fold_attn_func(qw, kw, vw, causal=True, window_size=(100, 0)).backward(torch.randn_like(qw))
+    sk = torch.randn(2, device=dev, requires_grad=True)
+    fa.fold_attn_func(qw, kw, vw, causal=True, sinks=sk).backward(torch.randn_like(qw))
+    fa.fold_attn_func(qw, kw, vw, causal=True, window_size=(100, 0),
+                      sinks=sk).backward(torch.randn_like(qw))
 # Decode: ragged requests (empty, free, several splits and pages), an fp16 needle that
 # trips the guard, v8 exponent growth (v8 caches at D 64 / 128 run dense since session 36's
 # planner, through the v8 ring: D 64 G 8, and D 128 G 12 for the ring's 128-byte swizzle and two

@@ -105,7 +105,9 @@ typedef struct fold_attn_problem {
    * sum_j exp(s_ij) v_j / (sum_j exp(s_ij) + exp(sinks[h])), and the LSE includes it. The
    * forward reads it; the backward takes the forward's LSE (the sink's mass included) and
    * reads no sink: dq, dk, dv follow, and d sinks[h] = -sum_i exp(sinks[h] - lse_i) Delta_i
-   * (Delta from the preprocess) is the caller's. CUDA: not yet (FOLD_ERR_UNSUPPORTED). */
+   * (Delta from the preprocess) is the caller's. CUDA: the default forward and its v0
+   * fallback take them; FOLD_FWD_VARIANT v1 / v1.1 / v1.2-2wg and FOLD_FWD_EPI=stg (A/B
+   * settings) refuse them (FOLD_ERR_UNSUPPORTED). */
   const float *sinks;
 } fold_attn_problem_t;
 

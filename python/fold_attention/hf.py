@@ -13,9 +13,9 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
 Sliding-window layers (Mistral, Qwen2, Gemma, ...) pass transformers' ``sliding_window`` on as
 ``window_size=(sliding_window - 1, sliding_window - 1)``, as transformers does for
 FlashAttention (the CPU reference and the CUDA kernels apply any window). gpt-oss's attention
-sinks (``s_aux``) pass on as ``sinks`` (the CPU reference; CUDA raises until its forward takes
-them). Attention dropout and soft-capping are not supported and raise, as does a padding mask
-on cross-attention (the mask is the keys', the queries are other tokens).
+sinks (``s_aux``) pass on as ``sinks`` (the CPU reference and the CUDA kernels). Attention
+dropout and soft-capping are not supported and raise, as does a padding mask on cross-attention
+(the mask is the keys', the queries are other tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
 then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts

@@ -24,7 +24,7 @@ __all__ = ["fold_attn_func", "fold_attn_varlen_func"]
 CUDA_HEAD_DIMS = (64, 96, 128, 256)
 
 
-def _require_backend(spec: AttnSpec, fn: str, sinks=None) -> None:
+def _require_backend(spec: AttnSpec, fn: str) -> None:
     if spec.device.type == "cpu":
         return
     if spec.device.type == "cuda":
@@ -38,11 +38,6 @@ def _require_backend(spec: AttnSpec, fn: str, sinks=None) -> None:
             raise NotImplementedError(
                 f"{fn}: the CUDA training kernels take head_dim in {CUDA_HEAD_DIMS}, got "
                 f"{spec.head_dim} (use CPU tensors for other head dimensions)"
-            )
-        if sinks is not None:
-            raise NotImplementedError(
-                f"{fn}: sinks: the CUDA training forward takes no attention sinks yet; the CPU "
-                "reference does"
             )
         return
     raise NotImplementedError(
@@ -369,7 +364,7 @@ def _refuse_forward_ad(fn: str, *tensors) -> None:  # q, k, v[, sinks]
 
 
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str, sinks=None):
-    _require_backend(spec, fn, sinks)
+    _require_backend(spec, fn)
     _refuse_forward_ad(fn, q, k, v, sinks)
     op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
     out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
@@ -402,7 +397,8 @@ def fold_attn_func(q, k, v, causal=False, softmax_scale=None, return_lse=False, 
             sinks): head h's sink logit (in the scaled-score space, natural log) takes softmax
             mass exp(sinks[h]) in every row's denominator and gives no value; the LSE includes
             it; differentiable (its gradient is a sum over every row of the batch, deterministic
-            run to run). CPU reference only so far (CUDA: NotImplementedError).
+            run to run). On CUDA the forward kernels fold the sink into each row after its last
+            key block; the backward needs nothing more (it takes the forward's LSE).
 
     Returns:
         out (q's shape and dtype), or (out, lse) when return_lse is True. The backward

@@ -54,14 +54,6 @@ void check_training_head_dim(const fold_attn_problem_t *p) {
                                          ": the CUDA training kernels take 64, 96, 128 or 256");
 }
 
-// The forward kernels take no sinks yet (the backward reads none: it takes the forward's LSE).
-void check_no_sinks(const fold_attn_problem_t *p) {
-  if (p->sinks != nullptr)
-    fold::fail(FOLD_ERR_UNSUPPORTED,
-               "sinks: the CUDA training forward takes no attention sinks yet; the CPU reference "
-               "does");
-}
-
 struct NamedView {
   const char *name;
   const fold_tensor_t &t;
@@ -92,7 +84,6 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
   require_cuda_build();
   check_cuda_problem(p);
   check_training_head_dim(p);
-  check_no_sinks(p);
   check_views(p, {{"q", q, p->n_heads, false},
                   {"k", k, p->n_kv_heads, false},
                   {"v", v, p->n_kv_heads, false},

@@ -35,6 +35,13 @@
 // runs the forms of before, the same instruction sequence (so a window that hides nothing from
 // a request should give it the bits of no window: the GPU tests are to confirm it across the two
 // instances). See forward_v12_kernel.
+//
+// Attention sinks (p.sinks, gpt-oss): v1.2 (and v0) in separate instances (kSinks), chosen from
+// p.sinks != nullptr, so that calls without sinks run the code of before; v1, v1.1 and v1.2's A/B
+// forms (FOLD_FWD_EPI=stg, FOLD_FWD_VARIANT=v1.2-2wg) refuse them. Each tile with rows reads its
+// head's sink once and folds it into every row after the last key block, before out = acc / l and
+// the LSE (add_sink, as the CPU reference's add_sink), so the LSE holds the sink's mass and the
+// backward (which recomputes P from it) needs no change.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -477,6 +484,35 @@ __device__ __forceinline__ void softmax_block(float (&sc)[kBn / 2], float (&m)[2
   }
 }
 
+// Attention sinks (the kSinks instances of v1.2; forward_v0.cu has its own copy for its fragment
+// layout): the sink of base-2 logit s2 (= sinks[h] log2 e) joins the rows' softmax once, after the
+// tile's last key block, as the CPU reference's add_sink does: m_new = max(m, s2), the sum and O
+// rescaled by alpha = 2^(m - m_new), 2^(s2 - m_new) added to the sum only (the sink gives no
+// value), m = m_new. l must hold the row's whole sum (reduced over the quad): every lane of the
+// quad then adds the same sink term to the same sum, so the row takes the sink once, and the
+// quad's lanes keep equal m and l. alpha is exactly 1 where m_new == m (a sink at or below the
+// row's max: O is left as it was, and a sink of -inf leaves the sum too, l + 2^-inf = l + 0 = l);
+// a row that has seen no key (m = -inf: only rows past a request's end, never stored) gets
+// alpha = 2^-inf = 0, and with a sink of -inf too keeps m = -inf, l = 0 (m_use 0 keeps the NaN of
+// -inf - -inf out).
+// `o` holds the accumulator in wgmma's layout: o[i] belongs to row (i >> 1) & 1.
+template <int N>
+__device__ __forceinline__ void add_sink(float s2, float (&m)[2], float (&l)[2], float (&o)[N]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float alpha[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m_new = fmaxf(m[i], s2);
+    alpha[i] = m_new == m[i] ? 1.0f : fast_exp2(m[i] - m_new);
+    const float m_use = m_new == neg_inf ? 0.0f : m_new;
+    // (Not contracted into an fma: the reference rounds the product, then the sum.)
+    l[i] = __fadd_rn(__fmul_rn(l[i], alpha[i]), fast_exp2(s2 - m_use));
+    m[i] = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
 template <int D, class Tag, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_v11_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
@@ -767,7 +803,10 @@ struct V12ProducerRegs {
 
 // kWindow: the instance for calls whose sliding window can mask something (launch_v12_epi); the
 // others are compiled as they were before windows existed (no window code at all: the same SASS).
-template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow>
+// kSinks: the instance for calls with attention sinks (p.sinks != nullptr; add_sink in the
+// epilogue of every tile with rows, kFull / kHalf / kWin); without it the code is the one of
+// before sinks existed.
+template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow, bool kSinks>
 __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
     forward_v12_kernel(const fold_attn_problem_t p, const __grid_constant__ CUtensorMap tm_q,
                        const __grid_constant__ CUtensorMap tm_k,
@@ -1108,6 +1147,9 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       }
     }
 
+    // The tile's head's sink (base 2), read once per tile and only by forms with rows (kIdle never
+    // reads it); issued before the last P V's wait, so that its latency runs under that GEMM.
+    [[maybe_unused]] float sink2 = 0.0f;
     // Last block's P V.
     {
       const int jl = n_kblocks - 1;
@@ -1122,6 +1164,7 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
       if constexpr (kForm != kIdle) {
         hw::fence();
         issue_pv(sl, std::integral_constant < int, kForm == kHalf ? kBn / 2 : kBn > {});
+        if constexpr (kSinks) sink2 = __ldg(p.sinks + tl.h) * kLog2e;
         hw::wait<0>();
         hw::fence_operands(o);
         fence_pa();
@@ -1136,6 +1179,8 @@ __global__ void __launch_bounds__((NC + 1) * hw::kWarpgroupThreads, 1)
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
       }
+      // The sink, once per row (l is the row's whole sum now), before the division and the LSE.
+      if constexpr (kSinks) add_sink(sink2, m, l, o);
       const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
       if constexpr (EPI == kEpiShf) {
         // Lane t of a quad holds the column pair 2 t of each 8-column group; two butterfly
@@ -1361,14 +1406,14 @@ int forward_epi() { return env_choice("FOLD_FWD_EPI", {"stg", "shf"}, kEpiShf); 
 // v1.2 (persistent) with NC consumer warpgroups: one CTA per SM (at most one per tile) over
 // v1.1's linear tile list, with v1.2's own tiles (V12Cfg). kScan: the instance whose producer
 // warps also take the K / V bounds into kv_bounds (zeroed by the caller). kWindow: the instance
-// that applies a sliding window.
-template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow>
+// that applies a sliding window. kSinks: the instance that applies attention sinks.
+template <int D, class Tag, int NC, int EPI, bool kScan, bool kWindow, bool kSinks>
 void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
   using C = V12Cfg<D, NC>;
   constexpr int kSmem = C::kSmemBytes + 8;  // + the Q empty barrier
   static_assert(kSmem <= 227 * 1024, "shared memory (v1.2)");
-  auto kernel = forward_v12_kernel<D, Tag, NC, EPI, kScan, kWindow>;
+  auto kernel = forward_v12_kernel<D, Tag, NC, EPI, kScan, kWindow, kSinks>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), kSmem, "forward");
   const QkvMaps m = make_qkv_maps(p, q, k, v, C::kBm, C::kBn);
   const int64_t q_blocks = (static_cast<int64_t>(p.seqlen) + C::kBm - 1) / C::kBm;
@@ -1386,16 +1431,16 @@ void launch_v12(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, 
 
 // v1.2 with the default epilogue, with or without the K / V scan (kv_bounds null: without);
 // returns true when it took the K / V bounds.
-template <int D, class Tag, int NC, bool kWindow>
+template <int D, class Tag, int NC, bool kWindow, bool kSinks>
 bool launch_v12_shf(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
   if (kv_bounds == nullptr) {
-    launch_v12<D, Tag, NC, kEpiShf, false, kWindow>(p, q, k, v, out, lse, nullptr, stream);
+    launch_v12<D, Tag, NC, kEpiShf, false, kWindow, kSinks>(p, q, k, v, out, lse, nullptr, stream);
     return false;
   }
   // Zeroed bits are the identity of the scan warps' atomicMax.
   check(cudaMemsetAsync(kv_bounds, 0, bounds_bytes(p), stream), "cudaMemsetAsync(kv_bounds)");
-  launch_v12<D, Tag, NC, kEpiShf, true, kWindow>(p, q, k, v, out, lse, kv_bounds, stream);
+  launch_v12<D, Tag, NC, kEpiShf, true, kWindow, kSinks>(p, q, k, v, out, lse, kv_bounds, stream);
   return true;
 }
 
@@ -1408,7 +1453,9 @@ bool launch_v12_shf(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
 // instances of before, whose code the window left untouched. The window instances exist for the
 // default epilogue and consumer count only: the A/B forms (FOLD_FWD_EPI=stg, FOLD_FWD_VARIANT=
 // v1.2-2wg) refuse a window that masks something in requests of up to seqlen tokens and run one
-// that masks nothing as no window (exact then).
+// that masks nothing as no window (exact then). Attention sinks likewise: a call with sinks runs
+// the kSinks instances (with or without the window's), a call without them the instances of
+// before; the A/B forms refuse sinks.
 template <int D, class Tag, int NC>
 bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                     fold_tensor_t out, float *lse, uint32_t *kv_bounds, cudaStream_t stream) {
@@ -1418,14 +1465,24 @@ bool launch_v12_epi(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t
                                    ", window_after=" + std::to_string(p.window_after) +
                                    ": FOLD_FWD_EPI=stg and FOLD_FWD_VARIANT=v1.2-2wg take no "
                                    "sliding window shorter than the longest request");
+  if ((forward_epi() == kEpiStg || !kDefaultNc) && p.sinks != nullptr)
+    fail(FOLD_ERR_UNSUPPORTED,
+         "sinks: FOLD_FWD_EPI=stg and FOLD_FWD_VARIANT=v1.2-2wg take no "
+         "attention sinks; the default forward does");
   if (forward_epi() == kEpiStg) {
-    launch_v12<D, Tag, NC, kEpiStg, false, false>(p, q, k, v, out, lse, nullptr, stream);
+    launch_v12<D, Tag, NC, kEpiStg, false, false, false>(p, q, k, v, out, lse, nullptr, stream);
     return false;
   }
-  if constexpr (kDefaultNc)
-    if (window_may_mask(p))
-      return launch_v12_shf<D, Tag, NC, true>(p, q, k, v, out, lse, kv_bounds, stream);
-  return launch_v12_shf<D, Tag, NC, false>(p, q, k, v, out, lse, kv_bounds, stream);
+  if constexpr (kDefaultNc) {
+    const bool windowed = window_may_mask(p);
+    if (p.sinks != nullptr)
+      return windowed
+                 ? launch_v12_shf<D, Tag, NC, true, true>(p, q, k, v, out, lse, kv_bounds, stream)
+                 : launch_v12_shf<D, Tag, NC, false, true>(p, q, k, v, out, lse, kv_bounds, stream);
+    if (windowed)
+      return launch_v12_shf<D, Tag, NC, true, false>(p, q, k, v, out, lse, kv_bounds, stream);
+  }
+  return launch_v12_shf<D, Tag, NC, false, false>(p, q, k, v, out, lse, kv_bounds, stream);
 }
 
 // Returns true when the launched kernel took the K / V bounds into kv_bounds itself.
@@ -1447,6 +1504,10 @@ bool launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold
                                    ", window_after=" + std::to_string(p.window_after) +
                                    ": FOLD_FWD_VARIANT v1 / v1.1 take no sliding window shorter "
                                    "than the longest request; the default forward (v1.2) does");
+  if (p.sinks != nullptr)
+    fail(FOLD_ERR_UNSUPPORTED,
+         "sinks: FOLD_FWD_VARIANT v1 / v1.1 take no attention sinks; the "
+         "default forward (v1.2) does");
   using C = Cfg<D>;
   using C11 = Cfg<D, V11Stages<D>::value>;
   static_assert(C11::kBm == C::kBm && C11::kBn == C::kBn, "same tiles");

@@ -16,6 +16,11 @@
 // the CPU reference), a warp skips a block whose every key is hidden from all its rows, and the
 // mask is window_mask.cuh's (causal and the request's end included). A row that sees no key of
 // a block keeps its m, l and acc (alpha = 1, P = 0), as the CPU reference's skip of it does.
+//
+// Attention sinks (p.sinks) in the kSinks instances, which the launcher runs for a call with sinks
+// (the others, again, run the code of before): the block's head's sink joins every row once after
+// its last key block, before out = acc / l and the LSE, as the CPU reference's add_sink and
+// forward.cu's add_sink (there for wgmma's fragment layout) do.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,7 +59,32 @@ struct FwdCfg {
   static_assert(kBm == 16 * kWarps, "one warp per 16 query rows");
 };
 
-template <int D, class Tag, bool kWindow>
+// The sink of base-2 logit s2 joins rows g and g + 8 of the warp (forward.cu's add_sink, for the
+// m16n8 accumulator layout: o[dt][0..1] row g, o[dt][2..3] row g + 8); l holds the rows' whole
+// sums (reduced over the quad), so each row takes it once.
+template <int kDt>
+__device__ __forceinline__ void add_sink(float s2, float (&m)[2], float (&l)[2],
+                                         float (&o)[kDt][4]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float alpha[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m_new = fmaxf(m[i], s2);
+    alpha[i] = m_new == m[i] ? 1.0f : fast_exp2(m[i] - m_new);  // (m = -inf < s2: 0)
+    const float m_use = m_new == neg_inf ? 0.0f : m_new;
+    l[i] = __fadd_rn(__fmul_rn(l[i], alpha[i]), fast_exp2(s2 - m_use));
+    m[i] = m_new;
+  }
+#pragma unroll
+  for (int dt = 0; dt < kDt; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
+  }
+}
+
+template <int D, class Tag, bool kWindow, bool kSinks>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const fold_attn_problem_t p, const fold_tensor_t q, const fold_tensor_t k,
                    const fold_tensor_t v, const fold_tensor_t out, float *__restrict__ lse) {
@@ -80,6 +110,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int r0 = warp * 16;  // the warp's first row in the block
   const float scale_log2 = p.softmax_scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
+  // The head's sink (base 2), read once per block (kSinks).
+  [[maybe_unused]] float sink2 = 0.0f;
+  if constexpr (kSinks) sink2 = __ldg(p.sinks + h) * kLog2e;
 
   int64_t k_start = 0;  // (a multiple of kBn: blocks start at the request's start)
   int64_t k_end = p.causal ? min(static_cast<int64_t>(r.len), q0 + kBm) : r.len;
@@ -217,6 +250,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
   }
+  // The sink, once per row (l is the row's whole sum now), before the division and the LSE.
+  if constexpr (kSinks) add_sink(sink2, m, l, o);
   const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -238,30 +273,30 @@ void check(cudaError_t err, const char *what) {
 
 // kWindow: the instance for a call whose sliding window can mask something (window_may_mask:
 // the window settings alone, never the batch's lengths); every other call runs the instance of
-// before.
-template <int D, class Tag, bool kWindow>
+// before. kSinks: the instance for a call with attention sinks (p.sinks != nullptr).
+template <int D, class Tag, bool kWindow, bool kSinks>
 void launch(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
             fold_tensor_t out, float *lse, cudaStream_t stream) {
   using Cfg = FwdCfg<D>;
-  auto kernel = forward_kernel<D, Tag, kWindow>;
+  auto kernel = forward_kernel<D, Tag, kWindow, kSinks>;
   set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), Cfg::kSmemBytes, "forward");
   const dim3 grid((p.seqlen + Cfg::kBm - 1) / Cfg::kBm, p.n_heads, p.batch);
   kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p, q, k, v, out, lse);
   check(cudaGetLastError(), "forward_kernel launch");
 }
 
-template <class Tag, bool kWindow>
+template <class Tag, bool kWindow, bool kSinks>
 void launch_dim(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k, fold_tensor_t v,
                 fold_tensor_t out, float *lse, cudaStream_t stream) {
   switch (p.head_dim) {
     case 64:
-      return launch<64, Tag, kWindow>(p, q, k, v, out, lse, stream);
+      return launch<64, Tag, kWindow, kSinks>(p, q, k, v, out, lse, stream);
     case 96:
-      return launch<96, Tag, kWindow>(p, q, k, v, out, lse, stream);
+      return launch<96, Tag, kWindow, kSinks>(p, q, k, v, out, lse, stream);
     case 128:
-      return launch<128, Tag, kWindow>(p, q, k, v, out, lse, stream);
+      return launch<128, Tag, kWindow, kSinks>(p, q, k, v, out, lse, stream);
     case 256:
-      return launch<256, Tag, kWindow>(p, q, k, v, out, lse, stream);
+      return launch<256, Tag, kWindow, kSinks>(p, q, k, v, out, lse, stream);
     default:
       fail(FOLD_ERR_UNSUPPORTED, "head_dim=" + std::to_string(p.head_dim) +
                                      ": the CUDA training kernels take 64, 96, 128 or 256");
@@ -277,12 +312,21 @@ void launch_forward_v0(const fold_attn_problem_t &p, fold_tensor_t q, fold_tenso
     fail(FOLD_ERR_UNSUPPORTED, "batch and n_heads must be <= 65535 on CUDA");
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool windowed = window_may_mask(p);
+  if (p.sinks != nullptr) {
+    if (p.dtype == FOLD_DTYPE_BF16)
+      windowed ? launch_dim<Bf16, true, true>(p, q, k, v, out, lse, stream)
+               : launch_dim<Bf16, false, true>(p, q, k, v, out, lse, stream);
+    else
+      windowed ? launch_dim<F16, true, true>(p, q, k, v, out, lse, stream)
+               : launch_dim<F16, false, true>(p, q, k, v, out, lse, stream);
+    return;
+  }
   if (p.dtype == FOLD_DTYPE_BF16)
-    windowed ? launch_dim<Bf16, true>(p, q, k, v, out, lse, stream)
-             : launch_dim<Bf16, false>(p, q, k, v, out, lse, stream);
+    windowed ? launch_dim<Bf16, true, false>(p, q, k, v, out, lse, stream)
+             : launch_dim<Bf16, false, false>(p, q, k, v, out, lse, stream);
   else
-    windowed ? launch_dim<F16, true>(p, q, k, v, out, lse, stream)
-             : launch_dim<F16, false>(p, q, k, v, out, lse, stream);
+    windowed ? launch_dim<F16, true, false>(p, q, k, v, out, lse, stream)
+             : launch_dim<F16, false, false>(p, q, k, v, out, lse, stream);
 }
 
 }  // namespace fold::cuda

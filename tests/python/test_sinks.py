@@ -1,13 +1,12 @@
 """Attention sinks (gpt-oss) on the CPU reference: forward and gradients (the sinks' included)
 against a float64 attention with the sink column written out, as transformers' eager gpt-oss
 attention computes it; windows and sinks together; packed sequences' bits; torch.compile;
-argument errors; the CUDA path's refusal; transformers' s_aux."""
+argument errors; transformers' s_aux (the CUDA kernels: test_gpu_sinks.py)."""
 
 import pytest
 import torch
 
 import fold_attention as fa
-from fold_attention import training
 
 
 def _inputs(b, s, h, hk, d, dtype=torch.float32, seed=0):
@@ -138,14 +137,3 @@ def test_direct_op_checks_its_sinks():
     q, k, v, _ = _inputs(1, 8, 4, 2, 16)
     with pytest.raises(ValueError, match="sinks must be float32"):
         torch.ops.fold_attention.fwd(q, k, v, None, 8, True, 0.25, 0, 0, torch.zeros(4).double())
-
-
-def test_cuda_path_refuses_sinks(monkeypatch):
-    monkeypatch.setattr(training, "require_cuda_kernels", lambda device, fn: None)
-    spec = training.AttnSpec(varlen=False, batch=1, seqlen=64, total_tokens=64, n_heads=2,
-                             n_kv_heads=2, head_dim=64, dtype=torch.bfloat16,
-                             device=torch.device("cuda"), causal=True, softmax_scale=0.125,
-                             cu_seqlens=None, cu_seqlens_host=None)
-    with pytest.raises(NotImplementedError, match="sinks"):
-        training._require_backend(spec, "fold_attn_func", torch.zeros(2))
-    training._require_backend(spec, "fold_attn_func", None)
