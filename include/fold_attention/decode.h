@@ -151,8 +151,10 @@ FOLD_API fold_status_t fold_decode_cuda(const fold_kvcache_t *cache,
  * the cache's lengths [0 .. batch) into lengths_out (host memory) and sets *nonfinite (host) to a
  * bit mask: 1 if q (device, n_heads rows per request) holds an inf or NaN, 2 if k_step, 4 if
  * v_step does in the row of a request whose length is >= 0 (k_step / v_step: data NULL when no
- * token is appended). Ordered on `stream`; returns once the values are on the host (it waits for
- * the stream, so it cannot be captured in a CUDA graph). */
+ * token is appended), and 8 if such a k_step row holds a finite value of magnitude >=
+ * 2^(127 - log2 head_dim) (bf16 only: its Hadamard rotation might overflow float32; the caller
+ * then tests those rows exactly before appending them). Ordered on `stream`; returns once the
+ * values are on the host (it waits for the stream, so it cannot be captured in a CUDA graph). */
 FOLD_API fold_status_t fold_decode_cuda_precheck(const fold_kvcache_t *cache, int32_t n_heads,
                                                  fold_tensor_t q, fold_tensor_t k_step,
                                                  fold_tensor_t v_step, int32_t *lengths_out,

@@ -719,6 +719,9 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
             for bit, name in ((1, "q_step"), (2, "k_step"), (4, "v_step")):
                 if nonfinite & bit:
                     raise ValueError(f"{fn}: {name} holds a non-finite value")
+            if nonfinite & 8:  # a key large enough that its rotation might overflow: test exactly
+                rows = k if len(active) == cache.batch else k[torch.tensor(active, dtype=torch.long, device=k.device)]
+                cache._check_keys(rows, fn, "k_step")
         else:
             checks = [("q_step", q)]  # (on the CPU too: the reference would name it "q row")
             if k is not None:
@@ -735,7 +738,7 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 cache._check_keys(ka, fn, "k_step")
         if k is not None:
             if cache.v_scale is not None:
-                cache._check_values(ka, va, fn, "k_step", "v_step")
+                cache._check_keys(ka, fn, "k_step")
             for b in active:
                 cache._reserve(b, lengths[b] + 1)
     out, lse = cache._step(q, k, v)

@@ -1,6 +1,6 @@
 // The eager decode step's host checks in one device read (fold_decode_cuda_precheck): the
 // requests' lengths and whether q, or the k / v rows of an active request, hold a non-finite
-// value.
+// value (bits 1, 2, 4), or k a key large enough that its rotation might overflow (bit 8).
 //
 // Why: fold_attn_with_kvcache checked these with two reads of the device before every eager
 // step, the lengths (.tolist()) and the finiteness of q, k and v (torch.cat, isfinite, all, and
@@ -48,19 +48,23 @@ struct Rows {
   int heads;
 };
 
-__device__ __forceinline__ bool non_finite_at(const Rows &r, int64_t e, int D, uint16_t exp_mask,
-                                              const int32_t *lengths, bool active_only) {
+// Element e's finding: 1 if it is non-finite, 2 if its magnitude bits are >= `large` (a key whose
+// Hadamard rotation might overflow float32: the host then runs the exact test), else 0.
+__device__ __forceinline__ int finding_at(const Rows &r, int64_t e, int D, uint16_t exp_mask,
+                                          uint16_t large, const int32_t *lengths,
+                                          bool active_only) {
   const int64_t per_b = static_cast<int64_t>(r.heads) * D;
   const int64_t b = e / per_b, rem = e - b * per_b;
   const int64_t h = rem / D, d = rem - h * D;
-  if (active_only && lengths[b] < 0) return false;
+  if (active_only && lengths[b] < 0) return 0;
   const uint16_t x = r.data[b * r.batch_stride + h * r.head_stride + d];
-  return (x & exp_mask) == exp_mask;
+  if ((x & exp_mask) == exp_mask) return 1;
+  return (x & 0x7fffu) >= large ? 2 : 0;
 }
 
 __global__ void __launch_bounds__(kPrecheckThreads)
-    decode_precheck_kernel(const int32_t *lengths, int batch, int D, uint16_t exp_mask, Rows q,
-                           Rows k, Rows v, int32_t *host_out) {
+    decode_precheck_kernel(const int32_t *lengths, int batch, int D, uint16_t exp_mask,
+                           uint16_t large, Rows q, Rows k, Rows v, int32_t *host_out) {
   __shared__ int32_t s_bits;
   __shared__ bool s_last;
   if (threadIdx.x == 0) s_bits = 0;
@@ -71,10 +75,11 @@ __global__ void __launch_bounds__(kPrecheckThreads)
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += stride) {
     if (e < q.count) {
-      if (non_finite_at(q, e, D, exp_mask, lengths, false)) bits |= 1;
+      if (finding_at(q, e, D, exp_mask, 0xffffu, lengths, false) == 1) bits |= 1;
     } else if (e < q.count + k.count) {
-      if (non_finite_at(k, e - q.count, D, exp_mask, lengths, true)) bits |= 2;
-    } else if (non_finite_at(v, e - q.count - k.count, D, exp_mask, lengths, true)) {
+      const int f = finding_at(k, e - q.count, D, exp_mask, large, lengths, true);
+      if (f != 0) bits |= f == 1 ? 2 : 8;
+    } else if (finding_at(v, e - q.count - k.count, D, exp_mask, 0xffffu, lengths, true) == 1) {
       bits |= 4;
     }
   }
@@ -140,6 +145,12 @@ void launch_decode_precheck(const fold_kvcache_t &c, int n_heads, fold_tensor_t 
   const int blocks = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(kPrecheckMaxBlocks, (total + kPrecheckThreads - 1) / kPrecheckThreads)));
   const uint16_t exp_mask = c.dtype == FOLD_DTYPE_F16 ? 0x7c00 : 0x7f80;
+  // The cache writers sum D keys' values per rotated element in float32: only |k| >=
+  // 2^(127 - log2 D) can overflow (bf16 bits >= (254 - log2 D) << 7; fp16 never can).
+  int log2d = 0;
+  while ((1 << log2d) < D) ++log2d;
+  const uint16_t large =
+      c.dtype == FOLD_DTYPE_F16 ? 0xffffu : static_cast<uint16_t>((254 - log2d) << 7);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(s, &capturing), "cudaStreamIsCapturing");
@@ -149,8 +160,8 @@ void launch_decode_precheck(const fold_kvcache_t &c, int n_heads, fold_tensor_t 
   // A marker the kernel's last block overwrites: a call whose kernel did not run to the end
   // reports an error instead of the previous call's values.
   buf.host[0] = -1;
-  decode_precheck_kernel<<<blocks, kPrecheckThreads, 0, s>>>(c.lengths, c.batch, D, exp_mask, rq,
-                                                             rk, rv, buf.dev);
+  decode_precheck_kernel<<<blocks, kPrecheckThreads, 0, s>>>(c.lengths, c.batch, D, exp_mask, large,
+                                                             rq, rk, rv, buf.dev);
   // Wait before reporting a launch error: the device words are shared by the next call, which
   // must not overlap a kernel of this one.
   const cudaError_t launched = cudaGetLastError();

@@ -147,3 +147,25 @@ def test_non_finite_q_without_an_append(device, precheck, monkeypatch):
         fa.fold_attn_with_kvcache(q, c)
     q[3, 7, D - 1] = 0.0
     fa.fold_attn_with_kvcache(q, c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precheck", ["1", "0"])
+def test_a_key_whose_rotation_overflows_is_named_and_nothing_is_appended(device, precheck, monkeypatch):
+    """bf16 keys are finite up to 3.4e38, but the cache writers sum D of them per rotated
+    element in float32: such a k_step row is refused before the append (on CUDA the precheck
+    kernel flags |k| >= 2^(127 - log2 D) and the host tests those rows exactly); a large key
+    whose rotation fits is appended."""
+    monkeypatch.setenv("FOLD_DECODE_PRECHECK", precheck)
+    c = _cache(device, torch.bfloat16)
+    c.release(3)
+    q, k, v = _inputs(device, torch.bfloat16)
+    before = c.lengths.tolist()
+    k[1, 0, :] = 3e38
+    with pytest.raises(ValueError, match="k_step.*too large"):
+        fa.fold_attn_with_kvcache(q, c, k, v)
+    assert c.lengths.tolist() == before
+    k[1, 0, :] = 4e36  # >= 2^121 (flagged at D 64), but 64 x 4e36 < 3.4e38: appended
+    out = fa.fold_attn_with_kvcache(q, c, k, v)
+    assert c.lengths.tolist() == [n + 1 if n >= 0 else n for n in before]
+    assert torch.isfinite(out.float()).all()
