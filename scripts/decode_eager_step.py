@@ -7,6 +7,9 @@ kernels; run it under two package versions (PYTHONPATH) in alternation to compar
 python scripts/decode_eager_step.py [--steps 100] [--rounds 5] [--profile]
     [--shapes "B,L,H,Hkv,D;..."]   (needs a GPU and a CUDA build)
 --profile: also prints cProfile's top functions (by own time) over one round of the first shape.
+--fresh: also times the first steps of freshly prefilled caches one by one (a device sync after
+    each): what a loop that builds a new cache and times it without a warm-up (the generate
+    suite) pays once per cache.
 """
 
 import cProfile
@@ -45,6 +48,34 @@ def steps(cache, q, ks, vs, n):
     for _ in range(n):
         fa.fold_attn_with_kvcache(q, cache, ks, vs)
 
+
+def fresh_steps(B, L, H, Hkv, D, depth, first=6):
+    """Per-step host time of a new cache's first steps, then the mean of the next STEPS."""
+    for r in range(3):
+        cache = make(B, L, H, Hkv, D, depth)
+        q = torch.randn(B, 1, H, D, device=dev, dtype=torch.bfloat16)
+        ks = torch.randn(B, 1, Hkv, D, device=dev, dtype=torch.bfloat16)
+        vs = torch.randn(B, 1, Hkv, D, device=dev, dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        t = []
+        for _ in range(first):
+            t0 = time.perf_counter()
+            steps(cache, q, ks, vs, 1)
+            torch.cuda.synchronize()
+            t.append((time.perf_counter() - t0) * 1e6)
+        t0 = time.perf_counter()
+        steps(cache, q, ks, vs, STEPS)
+        torch.cuda.synchronize()
+        rest = (time.perf_counter() - t0) / STEPS * 1e6
+        print(f"fresh cache {r} B={B} L={L} H={H}/{Hkv} D={D} depth={depth}: first steps "
+              f"{' '.join(f'{x:.0f}' for x in t)} us (each synced), then {rest:.1f} us/step", flush=True)
+        del cache
+
+
+if "--fresh" in sys.argv:
+    for B, L, H, Hkv, D in SHAPES:
+        for depth in (None, 16):
+            fresh_steps(B, L, H, Hkv, D, depth)
 
 for i, (B, L, H, Hkv, D) in enumerate(SHAPES):
     for depth in (None, 16):
