@@ -68,6 +68,12 @@ typedef struct fold_decode_params {
                        /* (FOLD_DECODE_SCREEN=1 in the environment: never)          */
   float refine_band;   /* plane B of K read within this many binades of Z, >= 0     */
   float v_refine_band; /* v8: plane B of V read within this many binades of Z, >= 0 */
+  int32_t window_before; /* 0: the step's query sees every key of its request; w > 0:  */
+                         /* only keys j with L - 1 - j < w (L: the request's length     */
+                         /* after the append; FlashAttention's window_size left = w - 1) */
+  const float *sinks;    /* NULL, or n_heads float32 logits, one per query head (finite */
+                         /* or -inf; host memory for the CPU step): exp(sinks[h]) joins */
+                         /* row h's denominator, with no value (gpt-oss)                 */
 } fold_decode_params_t;
 
 /* What one decode step read. Keys count (request, KV head, key) triples. */

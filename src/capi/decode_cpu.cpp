@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,17 @@ void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
     fail("params->refine_band must be finite and >= 0");
   if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
     fail("params->v_refine_band must be finite and >= 0");
+  if (p->window_before < 0) fail("params->window_before must be >= 0 (0: no window)");
+  if (p->sinks != nullptr && reinterpret_cast<uintptr_t>(p->sinks) % 4 != 0)
+    fail("params->sinks must be 4-byte aligned");
+}
+
+void check_sink_values(const fold_decode_params_t &p) {
+  if (p.sinks == nullptr) return;
+  for (int h = 0; h < p.n_heads; ++h)
+    if (std::isnan(p.sinks[h]) || p.sinks[h] == std::numeric_limits<float>::infinity())
+      fail("params->sinks[" + std::to_string(h) + "] must be finite or -inf, got " +
+           std::to_string(p.sinks[h]));
 }
 
 fold_decode_params_t planned_params(const fold_kvcache_t &c, const fold_decode_params_t &p) {
@@ -183,6 +195,7 @@ fold_status_t fold_decode_cpu(const fold_kvcache_t *cache, const fold_decode_par
     } else if (v_step.data != nullptr) {
       fold::fail("v_step is given without k_step");
     }
+    fold::cpu::check_sink_values(*params);
     fold::cpu::check_queries(c, *params, q);
     check_pages_readable(c);  // the keys already there; plan_append checked the new ones
     for (const auto &plan : plans) fold::cpu::commit_append(c, plan);

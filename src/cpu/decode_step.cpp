@@ -48,6 +48,7 @@ class Group {
         D_(c.head_dim),
         G_(p.n_heads / c.n_kv_heads),
         L_(c.lengths[b]),
+        F_(p.window_before > 0 && L_ > p.window_before ? L_ - p.window_before : 0),
         log2d_(log2_pow2(c.head_dim)) {}
 
   void run(fold_tensor_t q, fold_tensor_t out, float *lse, Counters &cnt) {
@@ -59,8 +60,9 @@ class Group {
     score();
     std::vector<float> z(G_);
     ZSample plan;
-    plan_reference_sample(
-        L_, plan, c_.heavy_keys + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * kHeavyKeys);
+    plan_window_sample(
+        L_, F_, plan,
+        c_.heavy_keys + (static_cast<int64_t>(b_) * c_.n_kv_heads + hk_) * kHeavyKeys);
     std::vector<float> s(plan.n);
     for (int g = 0; g < G_; ++g) {
       for (int i = 0; i < plan.n; ++i) s[i] = fine(g, plan.key[i]);
@@ -78,7 +80,7 @@ class Group {
         cnt.fixup_rows += static_cast<int64_t>(bad.size());
         for (int g : bad) z[g] = exact_lse(g);
         // The first pass was read too, and the fix-up reads both planes once more for its LSE.
-        cnt.bytes += first.bytes + static_cast<double>(L_) * (2.0 * D_ + 2.0);
+        cnt.bytes += first.bytes + static_cast<double>(L_ - F_) * (2.0 * D_ + 2.0);
         first = Counters{};
         // The flagged group's second pass cuts nothing: a cut is decided on the coarse logit,
         // and where the coarse error exceeds the depth (keys of huge norm) the cut can drop the
@@ -101,6 +103,11 @@ class Group {
     return (static_cast<int64_t>(page) * c_.n_kv_heads + hk_) * c_.page_size + j % c_.page_size;
   }
   int head(int g) const { return hk_ * G_ + g; }
+  // Row g's sink as a base-2 logit (-inf without sinks).
+  float sink(int g) const {
+    return p_.sinks != nullptr ? mul_rn(p_.sinks[head(g)], kLog2e)
+                               : -std::numeric_limits<float>::infinity();
+  }
   // Offset of key j's page V sum in v_page_sum.
   int64_t page_sum_offset(int32_t j) const {
     const int32_t page =
@@ -162,7 +169,7 @@ class Group {
     iaa_.resize(n);
     iba_.resize(n);
     sa_.resize(n);
-    for (int32_t j = 0; j < L_; ++j) {
+    for (int32_t j = F_; j < L_; ++j) {  // (keys before the window are never read)
       const int64_t r = key_base(j);
       const int8_t *ka = c_.k_a + r * D_;
       const float sk = bf16_bits_to_float(c_.k_scale[r]);
@@ -198,14 +205,14 @@ class Group {
   // Z = the row's LSE over the fine logits of all keys (the guard's fix-up): max, then the sum
   // of 2^(s - max) in key order. (Fine, not coarse: the row's heaviest key then weighs 2^0,
   // whatever the coarse error; session 31 found coarse errors of 128 binades on huge keys.)
+  // With a window: over the window's keys [F_, L_).
   float exact_lse(int g) const {
-    std::vector<float> s(static_cast<size_t>(L_));
-    for (int32_t j = 0; j < L_; ++j) s[static_cast<size_t>(j)] = fine(g, j);
+    std::vector<float> s(static_cast<size_t>(L_ - F_));
+    for (int32_t j = F_; j < L_; ++j) s[static_cast<size_t>(j - F_)] = fine(g, j);
     float m = s[0];
-    for (int32_t j = 1; j < L_; ++j) m = std::max(m, s[static_cast<size_t>(j)]);
+    for (size_t i = 1; i < s.size(); ++i) m = std::max(m, s[i]);
     float sum = 0.0f;
-    for (int32_t j = 0; j < L_; ++j)
-      sum = add_rn(sum, exp2_fp(sub_rn(s[static_cast<size_t>(j)], m)));
+    for (size_t i = 0; i < s.size(); ++i) sum = add_rn(sum, exp2_fp(sub_rn(s[i], m)));
     return add_rn(m, log2_fp(sum));
   }
 
@@ -250,7 +257,10 @@ class Group {
       verdicts->assign(L_, 0);
     }
     const double v_bytes = c_.v8 ? D_ : 2.0 * D_;
-    for (int32_t s0 = 0; s0 < L_; s0 += split) {
+    // A window's keys [F_, L_): the splits before its own add nothing (their partials would be
+    // exact zeros: the combine's sum is the same without them), and its first split skips the
+    // keys before F_ (neither live nor cut: they carry no mass).
+    for (int32_t s0 = F_ - F_ % split; s0 < L_; s0 += split) {
       const int32_t s1 = std::min(L_, s0 + split);
       std::fill(nsp.begin(), nsp.end(), 0.0f);
       std::fill(ts.begin(), ts.end(), 0.0f);
@@ -277,7 +287,7 @@ class Group {
           cut[g] = 0.0f;
         }
       };
-      for (int32_t j = s0; j < s1; ++j) {
+      for (int32_t j = std::max(s0, F_); j < s1; ++j) {
         if (j > s0 && j % c_.page_size == 0) flush_page(j - 1);
         bool live = dense, refine = dense, vref = dense && c_.v8;
         for (int g = 0; g < G_ && !dense; ++g) {
@@ -358,21 +368,33 @@ class Group {
     }
   }
 
+  // The output N / T and the LSE Z + log2 T_lse of the keys; a sink (no value) then scales the
+  // output by r = 2^(lse_keys - lse) and takes its mass into the LSE, lse = log2(2^lse_keys +
+  // 2^sink). The sink stays out of Z, the depth's cuts and the guard's window: those keep their
+  // meaning relative to the keys' own mass, and a sink that outweighs every key shrinks the
+  // output by r (down to 0 below 2^-149) without sending the row to the fix-up. A -inf sink
+  // gives r = 1 and the bits of no sink.
   void finish(const std::vector<float> &z, fold_tensor_t out, float *lse) {
     for (int g = 0; g < G_; ++g) {
       const float t = t_[g];
       // With the guard on, t is in [2^-3, 2^14] and N finite here. Without it (a test hook),
       // a non-positive or non-finite total still writes zeros, never NaN.
       const bool ok = t > 0.0f && std::isfinite(t);
+      // The LSE takes the unrounded weights' total (the output needs the rounded ones).
+      const float lse_keys = add_rn(z[g], log2_fp(t_lse_[g]));
+      float lse2 = lse_keys, r = 1.0f;
+      if (p_.sinks != nullptr && ok) {
+        lse2 = log2_add_exp2(lse_keys, sink(g));
+        r = exp2_fp(sub_rn(lse_keys, lse2));
+      }
       for (int d = 0; d < D_; ++d) {
-        const float o = ok ? div_rn(n_[static_cast<size_t>(g) * D_ + d], t) : 0.0f;
+        float o = ok ? div_rn(n_[static_cast<size_t>(g) * D_ + d], t) : 0.0f;
+        if (p_.sinks != nullptr) o = mul_rn(o, r);
         store(out, g, d, std::isfinite(o) ? o : 0.0f);
       }
-      // The LSE takes the unrounded weights' total (the output needs the rounded ones).
       if (lse)
         lse[static_cast<int64_t>(b_) * p_.n_heads + head(g)] =
-            ok ? mul_rn(kLn2, add_rn(z[g], log2_fp(t_lse_[g])))
-               : -std::numeric_limits<float>::infinity();
+            ok ? mul_rn(kLn2, lse2) : -std::numeric_limits<float>::infinity();
       if (hooks_.z) (*hooks_.z)[static_cast<size_t>(b_) * p_.n_heads + head(g)] = z[g];
     }
   }
@@ -382,6 +404,7 @@ class Group {
   const DecodeHooks &hooks_;
   const int b_, hk_, D_, G_;
   const int32_t L_;
+  const int32_t F_;  // the first key the step's query sees (its sliding window; 0: none)
   const int log2d_;
   std::vector<int8_t> qa_, qb_;
   std::vector<float> sq_;

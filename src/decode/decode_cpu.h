@@ -57,6 +57,8 @@ void check_cache(const fold_kvcache_t *c);
 // check_cache without reading lengths (a device-resident cache).
 void check_cache_layout(const fold_kvcache_t *c);
 void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p);
+// The sinks' values (host memory): each finite or -inf.
+void check_sink_values(const fold_decode_params_t &p);
 // A step's query head count against the cache: a positive multiple of n_kv_heads, groups <= 64.
 void check_n_heads(const fold_kvcache_t &c, int32_t n_heads, const char *name);
 // A (rows, heads, dim) view of 16-bit values (q, out, k_step, v_step: rows = the batch, by

@@ -145,4 +145,11 @@ FOLD_HD float log2_fp(float x) {
   return add_rn(static_cast<float>(e - bias), mul_rn(p, t));
 }
 
+// log2(2^x + 2^s) in this order (m, the larger, first): a row's base-2 LSE x with an attention
+// sink of base-2 logit s. s = -inf gives x bit for bit (2^-inf = 0, log2(1) = 0).
+FOLD_HD float log2_add_exp2(float x, float s) {
+  const float m = s > x ? s : x;
+  return add_rn(m, log2_fp(add_rn(exp2_fp(sub_rn(x, m)), exp2_fp(sub_rn(s, m)))));
+}
+
 }  // namespace fold::decode

@@ -85,6 +85,18 @@ FOLD_HD void plan_reference_sample(int32_t L, ZSample &z, const int32_t *heavy =
                             static_cast<float>(kZStrata - kZTopUnweighted));
 }
 
+// The sample of a sliding window's keys [first, L) (0 <= first < L): the sample of a request
+// of L - first keys with every key and heavy entry shifted by first (slot 0 is the window's
+// first key), so that first = 0 is the plain sample. Heavy entries at or before first drop out.
+FOLD_HD void plan_window_sample(int32_t L, int32_t first, ZSample &z,
+                                const int32_t *heavy = nullptr) {
+  int32_t shifted[kHeavyKeys];
+  for (int i = 0; i < kHeavyKeys; ++i)
+    shifted[i] = heavy != nullptr && heavy[i] > first ? heavy[i] - first : -1;
+  plan_reference_sample(L - first, z, heavy != nullptr ? shifted : nullptr);
+  for (int i = 0; i < z.n; ++i) z.key[i] += first;
+}
+
 // The shape of the sample (everything but the middle keys' slots), so that a kernel can
 // place every slot in parallel: slot 0 key 0, slots [1, 1 + n_newest) the newest keys,
 // then the heavy middle keys (heavy_mid, list order), then from first_middle either every

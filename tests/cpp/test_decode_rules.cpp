@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <limits>
 #include <vector>
 
 #include "decode/decode_plan.h"
@@ -255,6 +256,52 @@ TEST(ReferenceZ, HeavyKeysAreScoredOnceAndExactly) {
   std::vector<int> once(150, 0);
   for (int i = 0; i < z.n; ++i) once[z.key[i]]++;
   for (int j = 0; j < 150; ++j) EXPECT_EQ(once[j], 1) << j;
+}
+
+TEST(ReferenceZ, AWindowSamplesItsOwnKeys) {
+  const int32_t heavy[kHeavyKeys] = {500, 7, 9990, 4000, 6200, -1, 4001, 2147483647};
+  ZSample plain, w;
+  // first = 0 is the plain sample, slot for slot.
+  for (int32_t L : {1, 50, 150, 10000}) {
+    plan_reference_sample(L, plain, heavy);
+    plan_window_sample(L, 0, w, heavy);
+    ASSERT_EQ(plain.n, w.n);
+    EXPECT_EQ(plain.first_stratum, w.first_stratum);
+    EXPECT_EQ(plain.stratum_weight, w.stratum_weight);
+    for (int i = 0; i < w.n; ++i) EXPECT_EQ(plain.key[i], w.key[i]) << i;
+  }
+  // A window [first, L): the sample of L - first keys shifted by first; slot 0 is the window's
+  // first key, heavy keys at or before it drop out, every key lies in the window.
+  for (int32_t first : {1, 63, 4000, 9000, 9999}) {
+    plan_window_sample(10000, first, w, heavy);
+    int32_t shifted[kHeavyKeys];
+    for (int i = 0; i < kHeavyKeys; ++i) shifted[i] = heavy[i] > first ? heavy[i] - first : -1;
+    plan_reference_sample(10000 - first, plain, shifted);
+    ASSERT_EQ(plain.n, w.n) << first;
+    EXPECT_EQ(w.key[0], first);
+    std::vector<int> seen(10000, 0);
+    for (int i = 0; i < w.n; ++i) {
+      EXPECT_EQ(w.key[i], plain.key[i] + first);
+      EXPECT_GE(w.key[i], first);
+      EXPECT_LT(w.key[i], 10000);
+      seen[w.key[i]]++;
+    }
+    for (int j : {4000, 4001, 6200})
+      if (j > first && j < 10000 - kZNewest) {
+        EXPECT_EQ(seen[j], 1) << first << " " << j;
+      }
+  }
+}
+
+TEST(FpRules, Log2AddExp2) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {-300.0f, -7.25f, 0.0f, 3.5f, 100.0f}) {
+    EXPECT_EQ(log2_add_exp2(x, -inf), x);  // no sink: the bits of x
+    EXPECT_NEAR(log2_add_exp2(x, x), x + 1.0f, 1e-5f);
+    EXPECT_NEAR(log2_add_exp2(x, x + 30.0f), x + 30.0f, 1e-5f);
+    EXPECT_NEAR(log2_add_exp2(x, x - 2.0f), x + std::log2(1.25f), 1e-5f);
+    EXPECT_EQ(log2_add_exp2(x, x + 200.0f), x + 200.0f);  // no overflow: 2^(s - m) = 1
+  }
 }
 
 TEST(ReferenceZ, ParallelPlacementEqualsTheSerialPlan) {
