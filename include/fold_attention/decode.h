@@ -59,15 +59,15 @@ typedef struct fold_kvcache {
 } fold_kvcache_t;
 
 typedef struct fold_decode_params {
-  int32_t n_heads;     /* query heads: a multiple of n_kv_heads, group size <= 64    */
-  float softmax_scale; /* finite, > 0                                               */
-  int32_t dense;       /* 1: every key live and refined (depth ignored)             */
-  float depth;         /* binades below Z a key may fall and stay live, > 0; where  */
-                       /* the screen does not pay (bf16/fp16 V, G > 8 at D 128,     */
-                       /* G > 4 at D 64) the step runs as dense = 1 instead         */
-                       /* (FOLD_DECODE_SCREEN=1 in the environment: never)          */
-  float refine_band;   /* plane B of K read within this many binades of Z, >= 0     */
-  float v_refine_band; /* v8: plane B of V read within this many binades of Z, >= 0 */
+  int32_t n_heads;       /* query heads: a multiple of n_kv_heads, group size <= 64    */
+  float softmax_scale;   /* finite, > 0                                               */
+  int32_t dense;         /* 1: every key live and refined (depth ignored)             */
+  float depth;           /* binades below Z a key may fall and stay live, > 0; where  */
+                         /* the screen does not pay (bf16/fp16 V, G > 8 at D 128,     */
+                         /* G > 4 at D 64) the step runs as dense = 1 instead         */
+                         /* (FOLD_DECODE_SCREEN=1 in the environment: never)          */
+  float refine_band;     /* plane B of K read within this many binades of Z, >= 0     */
+  float v_refine_band;   /* v8: plane B of V read within this many binades of Z, >= 0 */
   int32_t window_before; /* 0: the step's query sees every key of its request; w > 0:  */
                          /* only keys j with L - 1 - j < w (L: the request's length     */
                          /* after the append; FlashAttention's window_size left = w - 1) */

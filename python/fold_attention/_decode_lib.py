@@ -67,6 +67,8 @@ class FoldDecodeParams(ctypes.Structure):
         ("depth", ctypes.c_float),
         ("refine_band", ctypes.c_float),
         ("v_refine_band", ctypes.c_float),
+        ("window_before", ctypes.c_int32),
+        ("sinks", ctypes.c_void_p),
     ]
 
 

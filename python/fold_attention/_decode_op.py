@@ -128,6 +128,8 @@ def decode_step_into(
     depth: Optional[float],
     refine_band: float,
     v_refine_band: float,
+    window_before: int = 0,
+    sinks: Optional[torch.Tensor] = None,
     desc: Optional[FoldKVCacheDesc] = None,
 ) -> None:
     """q (batch, n_heads, D) contiguous; k_step/v_step None or (batch, n_kv_heads, D)
@@ -136,7 +138,9 @@ def decode_step_into(
     receives the FOLD_DECODE_CUDA_STATS counters. (decode_step_cuda writes the caller's buffers
     with it: no copy kernels in a captured step.) `desc`: the cache's C descriptor, if the caller
     keeps one (FoldKVCache builds it once: its buffers never move), else built from the buffers
-    (~14 pointer queries and a ctypes structure: ~10 us of host time per call)."""
+    (~14 pointer queries and a ctypes structure: ~10 us of host time per call). window_before:
+    the C ABI's (0: none; w: the query sees its request's last w keys); sinks: None or a
+    contiguous float32 (n_heads,) tensor on q's device."""
     batch, n_heads, D = q.shape
     n_kv_heads = k_a.shape[1]
     if desc is None:
@@ -149,6 +153,8 @@ def decode_step_into(
         depth=0.0 if depth is None else depth,
         refine_band=refine_band,
         v_refine_band=v_refine_band,
+        window_before=window_before,
+        sinks=_ptr(sinks),
     )
     qt, ot = _rows(q, n_heads, D), _rows(out, n_heads, D)
     kt, vt = _rows(k_step, n_kv_heads, D), _rows(v_step, n_kv_heads, D)
@@ -172,7 +178,8 @@ def decode_step_into(
 
 
 def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                        heavy_keys, page_table, lengths, workspace, stats) -> None:
+                        heavy_keys, page_table, lengths, workspace, stats, window_before=0,
+                        sinks=None) -> None:
     """fold_attention::decode_step's tensors against the cache's buffers: shapes, dtypes,
     devices and layouts (a q or k_step that does not match the cache would make the step read
     or write past the buffers). Raises ValueError / TypeError naming the argument."""
@@ -216,6 +223,15 @@ def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp
     buffers = [("k_a", k_a), ("k_b", k_b), ("k_scale", k_scale), ("v", v), ("v_a", v_a), ("v_b", v_b),
                ("v_exp", v_exp), ("v_page_sum", v_page_sum), ("heavy_keys", heavy_keys),
                ("page_table", page_table), ("lengths", lengths), ("workspace", workspace), ("stats", stats)]
+    if isinstance(window_before, bool) or not isinstance(window_before, int) or not 0 <= window_before < 2**31:
+        raise ValueError(f"{fn}: window_before must be an int in [0, 2^31), got {window_before!r}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor):
+            raise TypeError(f"{fn}: sinks must be a torch.Tensor or None, got {type(sinks).__name__}")
+        if sinks.dtype != torch.float32 or tuple(sinks.shape) != (q.shape[1],) or not sinks.is_contiguous():
+            raise ValueError(f"{fn}: sinks must be a contiguous float32 tensor of shape ({q.shape[1]},), "
+                             f"got {sinks.dtype} {tuple(sinks.shape)}")
+        buffers.append(("sinks", sinks))
     for name, t in tensors + buffers:
         if t is not None and t.device != q.device:
             raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
@@ -244,6 +260,8 @@ def decode_step_impl(
     depth: Optional[float],
     refine_band: float,
     v_refine_band: float,
+    window_before: int = 0,
+    sinks: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """decode_step_into, into new out / LSE tensors, returned: the op's implementation.
     torch.compile traces decode_step_op; eager steps call decode_step_new (the same work, with
@@ -251,10 +269,10 @@ def decode_step_impl(
     against the cache's buffers first (metadata only: nothing is read from the device), since
     the kernels and the C reference take their sizes from q's shape and the buffers'."""
     _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                        heavy_keys, page_table, lengths, workspace, stats)
+                        heavy_keys, page_table, lengths, workspace, stats, window_before, sinks)
     return decode_step_new(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
                            heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
-                           softmax_scale, depth, refine_band, v_refine_band)
+                           softmax_scale, depth, refine_band, v_refine_band, window_before, sinks)
 
 
 def decode_step_new(q, *args, desc: Optional[FoldKVCacheDesc] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,6 +296,6 @@ decode_step_op = torch.library.custom_op("fold_attention::decode_step", mutates_
 @decode_step_op.register_fake
 def _decode_step_fake(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum, heavy_keys,
                       page_table, lengths, workspace, stats, max_len, v_exp_fixed, softmax_scale, depth,
-                      refine_band, v_refine_band):
+                      refine_band, v_refine_band, window_before=0, sinks=None):
     batch, n_heads, D = q.shape
     return q.new_empty((batch, n_heads, D)), q.new_empty((batch, n_heads), dtype=torch.float32)

@@ -34,7 +34,8 @@ from ._decode_lib import (
     library,
 )
 from ._lib import FoldTensor
-from ._validate import check_softmax_scale, require_flag, require_int, require_tensor, round_float32
+from ._validate import (check_softmax_scale, check_window_size, require_flag, require_int, require_tensor,
+                        round_float32)
 
 __all__ = ["FoldKVCache", "fold_attn_with_kvcache", "decode_step_cuda"]
 
@@ -483,12 +484,14 @@ class FoldKVCache:
         self._check_values(k, v, fn)
         self._append(b, k, v, fn)
 
-    def prefill(self, q, k, v, cu_seqlens):
+    def prefill(self, q, k, v, cu_seqlens, window_size=(-1, -1), sinks=None):
         """Runs causal attention over packed prompts and writes them into slots 0..batch-1.
 
         q (total, n_heads, head_dim), k/v (total, n_kv_heads, head_dim), cu_seqlens int32
         with batch + 1 offsets. Every slot is (re)started with its prompt (a slot that was
         active is released first). Returns the prompt output (total, n_heads, head_dim).
+        window_size and sinks as in fold_attn_varlen_func (a layer's sliding window and
+        attention sinks; the cache keeps every token, and the steps take the same arguments).
         """
         from .training import fold_attn_varlen_func
 
@@ -517,7 +520,8 @@ class FoldKVCache:
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
-        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
+        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
+                                    window_size=window_size, sinks=sinks)
         for b in range(self.batch):
             if int(self.lengths[b]) >= 0:
                 self.release(b)
@@ -527,9 +531,10 @@ class FoldKVCache:
             self._append(b, k[lo:hi], v[lo:hi], fn)
         return out
 
-    def prefill_request(self, request, q, k, v):
+    def prefill_request(self, request, q, k, v, window_size=(-1, -1), sinks=None):
         """Causal attention over one prompt q (n, n_heads, D), k/v (n, n_kv_heads, D) and
-        its write into an active, empty request (see add_request). Returns the output."""
+        its write into an active, empty request (see add_request). Returns the output.
+        window_size and sinks as in prefill."""
         from .training import fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill_request"
@@ -545,7 +550,8 @@ class FoldKVCache:
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
-        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale)
+        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
+                                    window_size=window_size, sinks=sinks)
         self._append(b, k, v, fn)
         return out
 
@@ -575,16 +581,18 @@ class FoldKVCache:
         a captured graph keeps valid pointers)."""
         return self._workspace, self._stats_dev
 
-    def _step(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None):
+    def _step(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+              window_before: int = 0, sinks: torch.Tensor | None = None):
         """One step through the fold_attention::decode_step op: q (batch, n_heads, D), k/v None
         or (batch, n_kv_heads, D), all contiguous; pages already reserved. The op is traced under
         torch.compile and dispatched when an input requires grad (autograd then refuses to
         backpropagate through it rather than cutting the graph silently); otherwise its
         implementation is called directly (the dispatch costs ~40 us of host time per step)."""
         if _needs_op(q, k, v):
-            out, lse = decode_step_op(q, k, v, *self._step_buffers())
+            out, lse = decode_step_op(q, k, v, *self._step_buffers(), window_before, sinks)
         else:
-            out, lse = decode_step_new(q, k, v, *self._step_buffers(), desc=self._c_desc())
+            out, lse = decode_step_new(q, k, v, *self._step_buffers(), window_before, sinks,
+                                       desc=self._c_desc())
         self._stats_pending = True
         return out, lse
 
@@ -658,7 +666,44 @@ def _step_rows(x, name: str, fn: str, cache: FoldKVCache, heads: int) -> tuple[t
     return x.contiguous(), four
 
 
-def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=False):
+def _step_window(window_size, cache: FoldKVCache, fn: str) -> int:
+    """FlashAttention's window_size=(left, right) for a decode step: the query (its request's
+    newest position) sees its last left + 1 keys (-1: all); right is checked and has nothing to
+    hide (no key lies after the query). The C ABI's window_before: 0 where the window hides no
+    key a request of max_len tokens could hold, so that such a window runs the plain step."""
+    before, _ = check_window_size(window_size, fn)
+    return 0 if before >= cache.max_len else before
+
+
+def _step_sinks(sinks, cache: FoldKVCache, fn: str):
+    """None, or the sinks as a contiguous float32 (n_heads,) tensor on the cache's device (the
+    C reference checks their values: finite or -inf)."""
+    if sinks is None:
+        return None
+    sinks = require_tensor(sinks, "sinks", fn)
+    if not sinks.is_floating_point():
+        raise TypeError(f"{fn}: sinks must be a floating tensor, got {sinks.dtype}")
+    if tuple(sinks.shape) != (cache.n_heads,):
+        raise ValueError(f"{fn}: sinks must have shape ({cache.n_heads},) (one per query head), "
+                         f"got {tuple(sinks.shape)}")
+    if sinks.device != cache.device:
+        raise ValueError(f"{fn}: sinks is on {sinks.device} but the cache is on {cache.device}")
+    return sinks.detach().float().contiguous()
+
+
+def _refuse_on_cuda(cache: FoldKVCache, window_before: int, sinks, fn: str) -> None:
+    if cache.is_cuda and window_before:
+        raise NotImplementedError(
+            f"{fn}: a sliding window shorter than max_len is not in the CUDA decode kernels yet "
+            "(the CPU reference applies it)")
+    if cache.is_cuda and sinks is not None:
+        raise NotImplementedError(
+            f"{fn}: attention sinks are not in the CUDA decode kernels yet (the CPU reference "
+            "applies them)")
+
+
+def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=False,
+                           window_size=(-1, -1), sinks=None):
     """Optionally append one token per active request to `cache`, then attend over it.
 
     Args:
@@ -667,6 +712,12 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         k_step, v_step: None, or the new token's keys/values (batch, n_kv_heads, head_dim)
             or (batch, 1, n_kv_heads, head_dim); rows of free slots are ignored.
         return_lse: also return the natural-log LSE, float32 (batch, n_heads).
+        window_size: FlashAttention's (left, right): the query, its request's newest token,
+            sees that request's last left + 1 keys (the appended one included); -1: all.
+            right has nothing to hide in a decode step. A window hides no key's mass: keys
+            before it are never read and carry none.
+        sinks: None, or one logit per query head (n_heads,), gpt-oss's attention sinks: exp(sink)
+            joins the row's denominator with no value (the LSE includes it).
 
     Returns the output in q_step's shape (zeros for free slots), and the LSE if asked
     (-inf for free or empty slots).
@@ -682,6 +733,9 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     if not isinstance(cache, FoldKVCache):
         raise TypeError(f"{fn}: cache must be a FoldKVCache, got {type(cache).__name__}")
     return_lse = require_flag(return_lse, "return_lse", fn)
+    window_before = _step_window(window_size, cache, fn)
+    sinks = _step_sinks(sinks, cache, fn)
+    _refuse_on_cuda(cache, window_before, sinks, fn)
     q, four = _step_rows(q_step, "q_step", fn, cache, cache.n_heads)
     if (k_step is None) != (v_step is None):
         raise ValueError(f"{fn}: pass both k_step and v_step, or neither")
@@ -741,7 +795,7 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
                 cache._check_keys(ka, fn, "k_step")
             for b in active:
                 cache._reserve(b, lengths[b] + 1)
-    out, lse = cache._step(q, k, v)
+    out, lse = cache._step(q, k, v, window_before, sinks)
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out

@@ -13,7 +13,9 @@ fold_attn_varlen_func, so the backward is FoldAttention's deterministic one:
 Sliding-window layers (Mistral, Qwen2, Gemma, ...) pass transformers' ``sliding_window`` on as
 ``window_size=(sliding_window - 1, sliding_window - 1)``, as transformers does for
 FlashAttention (the CPU reference and the CUDA kernels apply any window). gpt-oss's attention
-sinks (``s_aux``) pass on as ``sinks`` (the CPU reference and the CUDA kernels). Attention
+sinks (``s_aux``) pass on as ``sinks`` (the CPU reference and the CUDA kernels). Generation
+through FoldKVCache takes both on CPU caches; CUDA caches refuse them (NotImplementedError: not
+in the decode kernels yet) unless the window covers max_len. Attention
 dropout and soft-capping are not supported and raise, as does a padding mask on cross-attention
 (the mask is the keys', the queries are other tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .decode import FoldKVCache, fold_attn_with_kvcache
+from .decode import FoldKVCache, _refuse_on_cuda, _step_sinks, _step_window, fold_attn_with_kvcache
 from ._validate import require_int
 from .training import fold_attn_func, fold_attn_varlen_func
 
@@ -122,17 +124,7 @@ def fold_attention_forward(module, query, key, value, attention_mask, dropout=0.
                 "attn_implementation='fold' with fold_caches: only causal (decoder) attention "
                 "goes through FoldKVCache"
             )
-        if sinks is not None:
-            raise NotImplementedError(
-                "attn_implementation='fold' with fold_caches: FoldKVCache takes no attention sinks"
-            )
-        if sliding_window is not None and caches.max_len > sliding_window:
-            raise NotImplementedError(
-                f"attn_implementation='fold' with fold_caches: FoldKVCache attends every cached "
-                f"token; a sliding window of {sliding_window} tokens would be ignored beyond it "
-                f"(max_len {caches.max_len}: use max_len <= {sliding_window})"
-            )
-        return caches.attend(module, q, k, v, scaling), None
+        return caches.attend(module, q, k, v, scaling, window, sinks), None
     batch, q_len = q.shape[0], q.shape[1]
     if k.shape[1] != q_len:
         raise NotImplementedError(
@@ -220,9 +212,13 @@ class FoldLayerCaches:
             for _ in range(config.num_hidden_layers)
         ]
 
-    def attend(self, module, q, k, v, scaling):
-        """q (B, S, H, D), k/v (B, S, Hkv, D) of one layer's new tokens -> (B, S, H, D)."""
+    def attend(self, module, q, k, v, scaling, window_size=(-1, -1), sinks=None):
+        """q (B, S, H, D), k/v (B, S, Hkv, D) of one layer's new tokens -> (B, S, H, D), with
+        the layer's sliding window and attention sinks (prefill and steps alike)."""
         cache = self.layers[module.layer_idx]
+        # (A CUDA cache refuses what its step cannot run before the prefill writes anything.)
+        _refuse_on_cuda(cache, _step_window(window_size, cache, "FoldLayerCaches"),
+                        _step_sinks(sinks, cache, "FoldLayerCaches"), "FoldLayerCaches")
         if scaling is not None and abs(scaling - cache.softmax_scale) > 1e-6 * cache.softmax_scale:
             raise ValueError(f"FoldLayerCaches: the layer's scaling {scaling} differs from the "
                              f"cache's softmax_scale {cache.softmax_scale}")
@@ -230,11 +226,13 @@ class FoldLayerCaches:
         q, k, v = (x.to(self.dtype) for x in (q, k, v))
         batch, seq = q.shape[0], q.shape[1]
         if seq == 1:
-            out = fold_attn_with_kvcache(q[:, 0], cache, k[:, 0], v[:, 0]).unsqueeze(1)
+            out = fold_attn_with_kvcache(q[:, 0], cache, k[:, 0], v[:, 0], window_size=window_size,
+                                         sinks=sinks).unsqueeze(1)
         else:
             cu = torch.arange(0, (batch + 1) * seq, seq, dtype=torch.int32)
             flat = (x.reshape(batch * seq, *x.shape[2:]) for x in (q, k, v))
-            out = cache.prefill(*flat, cu).reshape(batch, seq, *q.shape[2:])
+            out = cache.prefill(*flat, cu, window_size=window_size, sinks=sinks)
+            out = out.reshape(batch, seq, *q.shape[2:])
         return out.to(dtype)
 
     def stats(self) -> dict:

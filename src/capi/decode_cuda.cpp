@@ -86,13 +86,14 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
     // Not in the decode kernels yet (the CPU reference has both): a window that can hide a key
     // (shorter than max_len) and sinks.
     if (params->window_before > 0 && params->window_before < c.max_len)
-      fold::fail(FOLD_ERR_UNSUPPORTED, "params->window_before = " +
-                                           std::to_string(params->window_before) +
-                                           " (< max_len): sliding windows are not in the CUDA "
-                                           "decode kernels yet");
+      fold::fail(FOLD_ERR_UNSUPPORTED,
+                 "params->window_before = " + std::to_string(params->window_before) +
+                     " (< max_len): sliding windows are not in the CUDA "
+                     "decode kernels yet");
     if (params->sinks != nullptr)
-      fold::fail(FOLD_ERR_UNSUPPORTED, "params->sinks: attention sinks are not in the CUDA "
-                                       "decode kernels yet");
+      fold::fail(FOLD_ERR_UNSUPPORTED,
+                 "params->sinks: attention sinks are not in the CUDA "
+                 "decode kernels yet");
     check_rows("q", q, params->n_heads, c.head_dim, c.batch, false);
     check_rows("out", out, params->n_heads, c.head_dim, c.batch, false);
     if (reinterpret_cast<uintptr_t>(lse) % 4 != 0) fold::fail("lse must be 4-byte aligned");

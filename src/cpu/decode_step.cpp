@@ -3,6 +3,9 @@
 // screen, live/refine verdicts OR-ed over the group, final weights, cut mass into the
 // denominator and mass x its page's mean V into the numerator, per split of kSplitKeys keys), the
 // additive combine in split order, and the guard. notes/decode.md states the rules.
+// A sliding window (params.window_before = w) restricts all of it to keys [L - w, L): the sample
+// is the window's (plan_window_sample), the splits before the window's add nothing and its first
+// split skips the keys before it. Sinks (params.sinks) act in finish() alone.
 //
 // Invariant: a group's result depends only on its request's cache and queries. Groups are
 // independent work items (parallel_for), so thread count and batch never change bits.

@@ -95,7 +95,8 @@ struct Cache {
 struct Data {
   std::vector<float> q, k, v;  // q [H][D], k/v [L][Hk][D]
 };
-inline Data make_data(int L, int H, int Hk, int D, uint64_t seed, float tail = 3.0f, float offset = 2.0f) {
+inline Data make_data(int L, int H, int Hk, int D, uint64_t seed, float tail = 3.0f,
+                      float offset = 2.0f) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::exponential_distribution<float> ex(1.0f);

@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "decode/decode_plan.h"

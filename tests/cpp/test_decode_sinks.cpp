@@ -116,7 +116,8 @@ TEST(DecodeSinks, ValidationNamesTheArgument) {
   c.fill(0, x.k, x.v, 10);
   std::vector<bf16_t> q(128, bf16_t{0}), out(128);
   const fold_tensor_t none{nullptr, 0, 0, 0};
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> sinks = {0.5f, bad};
     fold_decode_params_t p = params(2, 0.0f);
     p.softmax_scale = 0.125f;

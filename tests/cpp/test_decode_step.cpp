@@ -15,8 +15,8 @@
 #include "decode/decode_cpu.h"
 #include "decode/reference_z.h"
 #include "decode/v8_planes.h"
-#include "fold_attention/decode.h"
 #include "decode_run.h"
+#include "fold_attention/decode.h"
 
 namespace {
 

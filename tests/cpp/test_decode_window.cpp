@@ -56,7 +56,8 @@ TEST(DecodeWindow, KeysBeforeTheWindowAreNeverRead) {
       const int f = first_key(L, w);
       for (int j = 0; j < f; ++j)
         for (int h = 0; h < Hk; ++h) {
-          const int64_t row = (static_cast<int64_t>(c.pt[j / c.page]) * Hk + h) * c.page + j % c.page;
+          const int64_t row =
+              (static_cast<int64_t>(c.pt[j / c.page]) * Hk + h) * c.page + j % c.page;
           c.ks[row] ^= 0x4000;
           for (int d = 0; d < D; ++d) {
             const int64_t r = row * D + d;

@@ -168,9 +168,9 @@ def test_real_model_end_to_end_on_cpu():
     assert 0.0 < stats["live_frac"] <= 1.0
 
 
-def _greedy_reference(model, ids, n):
+def _greedy_reference(model, ids, n, impl="sdpa"):
     """Greedy tokens and per-step logits by full recomputation on SDPA (no cache)."""
-    model.config._attn_implementation = "sdpa"
+    model.config._attn_implementation = impl
     seq, logits = ids, []
     with torch.no_grad():
         for _ in range(n):
@@ -406,22 +406,26 @@ def test_sliding_window_model_matches_sdpa(monkeypatch):
     assert torch.allclose(padded[1, :20], alone[0], atol=1e-5)
 
 
-def test_fold_caches_refuse_a_window_shorter_than_the_cache():
-    model = _mistral(fold_hf.NAME, 8, hidden=256)
-    ids = torch.randint(0, 97, (1, 5))
-    caches = fold_hf.FoldLayerCaches(model.config, batch=1, max_len=16, depth=None)
-    with torch.no_grad(), pytest.raises(NotImplementedError, match="sliding window of 8"):
-        model(input_ids=ids, fold_caches=caches, use_cache=False)
-    # A cache no longer than the window: the window masks nothing, the caches run.
-    caches = fold_hf.FoldLayerCaches(model.config, batch=1, max_len=8, depth=None)
-    with torch.no_grad():
-        model(input_ids=ids, fold_caches=caches, use_cache=False)
+def test_generation_through_fold_caches_keeps_the_sliding_window():
+    """A Mistral-style model (window 8) generating past its window through FoldKVCache (CPU):
+    prefill and every step apply the window; the logits match SDPA's recomputation with
+    transformers' own sliding-window mask, teacher-forced on its greedy tokens."""
+    model = _mistral("sdpa", 8, hidden=256)  # head_dim 64, as the decode cache needs
+    ids = torch.randint(0, 97, (2, 13))
+    ref_tokens, ref_logits = _greedy_reference(model, ids, 6)
+    tokens, logits, _ = fold_hf.generate(model, ids, 6, depth=None, forced=ref_tokens)
+    assert (logits - ref_logits).abs().max() < 0.05
+    assert (logits.argmax(-1) == ref_logits.argmax(-1)).float().mean() >= 0.9
+    # Without the window the steps' logits move: the comparison above saw it applied.
+    full = _mistral("sdpa", None, hidden=256)
+    _, full_logits, _ = fold_hf.generate(full, ids, 6, depth=None, forced=ref_tokens)
+    assert (full_logits - ref_logits).abs().max() > 0.05
 
 
-def _gpt_oss(impl, seed=0):
+def _gpt_oss(impl, seed=0, head_dim=16):
     cfg = transformers.GptOssConfig(
         vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, num_local_experts=2,
         num_experts_per_tok=1, sliding_window=8, max_position_embeddings=256,
         attn_implementation=impl,
     )
@@ -450,3 +454,18 @@ def test_gpt_oss_sinks_and_sliding_layers_match_eager(monkeypatch):
     for name, g in ref_grads.items():
         assert torch.allclose(grads[name], g, atol=2e-5, rtol=1e-3), name
     assert any("sinks" in name for name in grads)
+
+
+def test_gpt_oss_generation_through_fold_caches_matches_eager():
+    """gpt-oss generating through FoldKVCache (CPU): the sliding layers' window (8, shorter than
+    the 20 tokens generated over) and every layer's sinks reach prefill and steps; logits match
+    transformers' eager recomputation, teacher-forced on its greedy tokens."""
+    model = _gpt_oss("eager", head_dim=64)
+    ids = torch.randint(0, 97, (2, 14))
+    ref_tokens, ref_logits = _greedy_reference(model, ids, 6, impl="eager")
+    tokens, logits, _ = fold_hf.generate(model, ids, 6, depth=None, forced=ref_tokens)
+    assert (logits - ref_logits).abs().max() < 0.05
+    assert (logits.argmax(-1) == ref_logits.argmax(-1)).float().mean() >= 0.9
+    _, cut_logits, stats = fold_hf.generate(model, ids, 6, depth=16, forced=ref_tokens)
+    assert (cut_logits - ref_logits).abs().max() < 0.05
+    assert 0.0 < stats["live_frac"] <= 1.0
