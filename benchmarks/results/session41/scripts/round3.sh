@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 41, third device call: main as landed (the window and sinks kernels, session 39's
-# precheck; library m41 = main's device code at the session's landing, one library never run as
-# a whole), then two measurements:
+# precheck, the decode reference's windows and sinks with the CUDA step's refusal; library m41 =
+# main's build at that commit, never run as a whole), then two measurements:
 #   1. every GPU test; memcheck of the whole smoke (training and decode);
 #   2. the eager decode step's open question: a fresh cache's first steps, one by one, against
 #      the steady step (the generate suite times 64 steps of a fresh cache per repetition);
