@@ -15,10 +15,12 @@ The prefill's queries are not in the capture (only decode positions are kept):
 ours is prefilled with random queries; the prefill's output is not scored.
 
   python -m benchmarks.generate [--quick] [--steps N] [--out DIR]
+  FOLD_GENERATE_LAYERS="27,2": only these capture layers, in this order (diagnostics)
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from typing import Any, Dict
 
@@ -170,6 +172,9 @@ def main(argv=None):
         return
     budget = harness.Budget(args.budget_s)
     work = [(c, layer) for c in caps for layer in c.layer_ids]
+    order = os.environ.get("FOLD_GENERATE_LAYERS")  # e.g. "27,2": these layers, in this order
+    if order:
+        work = [(c, layer) for layer in order.split(",") for c in caps if layer in c.layer_ids]
     for cap, layer in harness.progress(work, total=len(work), desc="generate"):
         if budget.exhausted():
             w.note({"skipped": f"{cap.capture_id}:{layer}", "why": "budget"})
