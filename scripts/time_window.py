@@ -6,8 +6,12 @@ count only the visible (query, key) pairs: 4 D flops per pair forward, 10 D back
 
     python3 scripts/time_window.py            (needs a GPU)
     FOLD_WINDOW_CASES="B,S,H,Hkv,D,W;..."     (W: HF's sliding_window, causal; default below)
+    --kernels: also fold's windowed forward and backward per kernel (torch.profiler device time,
+        microseconds per call) against the events' time per call, which includes the host's
+        time when the call is host-bound
 """
 import os
+import sys
 
 import torch
 
@@ -56,6 +60,27 @@ def flex_arm(q, k, v, W):
     return run, (qt, kt, vt)
 
 
+def kernel_split(q, k, v, dout, W):
+    """fold's windowed forward and backward: each kernel's device time per call, and the
+    events' time per call (printed before the case's row)."""
+    from backward_kernel_times import kernel_times  # scripts/ is on sys.path
+
+    def fwd():
+        return fa.fold_attn_func(q, k, v, causal=True, window_size=(W - 1, 0))
+
+    out = fwd()
+
+    def bwd():
+        return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    for name, fn in (("fwd", fwd), ("bwd", bwd)):
+        per = kernel_times(fn, 10)
+        total = sum(per.values())
+        print(f"  {name}: events {timed(fn) * 1e6:8.1f} us/call, kernels {total:8.1f} us: " +
+              ", ".join(f"{n} {t:.1f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:5]),
+              flush=True)
+
+
 def main():
     dev, dtype = "cuda", torch.bfloat16
     print(f"{'B':>2} {'S':>6} {'H':>3} {'Hkv':>3} {'D':>4} {'W':>6} | fwd TF/s: fold-win fold-causal flex"
@@ -89,6 +114,8 @@ def main():
                 flex = (4 * D * win_pairs / t_f / 1e12, 10 * D * win_pairs / t_b / 1e12)
         except Exception as exc:  # (reported, not fatal: the fold arms are what this times)
             print(f"  flex unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+        if "--kernels" in sys.argv:
+            kernel_split(q, k, v, dout, W)
         fx = flex or (float("nan"), float("nan"))
         print(f"{B:>2} {S:>6} {H:>3} {Hkv:>3} {D:>4} {W:>6} | {row[0][0]:8.1f} {row[1][0]:11.1f} "
               f"{fx[0]:5.1f} | {row[0][1]:8.1f} {row[1][1]:11.1f} {fx[1]:5.1f}", flush=True)

@@ -13,6 +13,9 @@ step gen_reversed 90 env FOLD_ATTENTION_LIBRARY=$M FOLD_GENERATE_LAYERS=27,14,2 
   python3 -m benchmarks.generate --quick --out "$LOGS/gen_reversed"
 step gen_default 90 env FOLD_ATTENTION_LIBRARY=$M python3 -m benchmarks.generate --quick \
   --out "$LOGS/gen_default"
+step win_kernels 90 env FOLD_ATTENTION_LIBRARY=$M \
+  FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,128;2,8192,32,8,128,4096" \
+  python3 scripts/time_window.py --kernels
 step eager_profile 60 env FOLD_ATTENTION_LIBRARY=$M python3 scripts/decode_eager_step.py --profile \
   --shapes "1,1983,9,3,64" --steps 64 --rounds 3
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
@@ -27,3 +30,4 @@ for line in open(sys.argv[1]):
 PY
 done
 tail -30 "$LOGS/eager_profile.log"
+cat "$LOGS/win_kernels.log"
