@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Session 41, fifth device call: the CUDA decode step's windows and sinks (library x41 = main
 # 461f44e + patches/decode-window-sinks-cuda-prepared.patch, commit 0efa8e4 of a local branch),
-# then round4's diagnostics on m41 (main's library) if time is left. Carry [".ab"].
+# then the narrow window's kernel split on m41 (main's library) if time is left. Carry [".ab"]
+# (the libraries only: with the capture, the tree passed the carry limit).
 set -u
 cd "$(dirname "$0")/../../../.."
-mkdir -p .cache/captures && xz -dc .ab/smollm2-135m-0172c41b3d659d61.pt.xz \
-  > .cache/captures/smollm2-135m-0172c41b3d659d61.pt
 source notes/prepared/round_common.sh m41 x41
 M=$(L m41)
 X=$(L x41)
@@ -20,22 +19,10 @@ chk decode_gpu 150 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m gpu -p 
 chk dw_racecheck 120 env FOLD_ATTENTION_LIBRARY=$X compute-sanitizer --tool racecheck --error-exitcode 1 \
   python3 scripts/gpu_smoke.py --decode-only
 git apply -R "${INC[@]}" "$PD"
-step gen_reversed 60 env FOLD_ATTENTION_LIBRARY=$M FOLD_GENERATE_LAYERS=27,14,2 \
-  python3 -m benchmarks.generate --quick --out "$LOGS/gen_reversed"
 step win_kernels 60 env FOLD_ATTENTION_LIBRARY=$M \
   FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,4096" python3 scripts/time_window.py --kernels
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS"/dw_tests.log "$LOGS"/decode_gpu.log | tail -4
 grep -h "FAILED\|Error" "$LOGS"/dw_tests.log | head -10
-python3 - "$LOGS/gen_reversed/benchmarks/results/generate.jsonl" <<'PY'
-import json, sys
-try:
-    for line in open(sys.argv[1]):
-        r = json.loads(line)
-        if "arms" in r:
-            print(r["case"], {n: round(a.get("us_per_step", -1), 1) for n, a in r["arms"].items()})
-except OSError as e:
-    print(e)
-PY
 cat "$LOGS/win_kernels.log"
