@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 41, fifth device call: the CUDA decode step's windows and sinks (library x41 = main
 # 461f44e + patches/decode-window-sinks-cuda-prepared.patch, commit 0efa8e4 of a local branch),
-# then the narrow window's kernel split on m41 (main's library) if time is left. Carry [".ab"]
+# (the narrow windows' kernel split, round4.sh, was left for a later call: device time). Carry [".ab"]
 # (the libraries only: with the capture, the tree passed the carry limit).
 set -u
 cd "$(dirname "$0")/../../../.."
@@ -19,10 +19,7 @@ chk decode_gpu 150 env FOLD_ATTENTION_LIBRARY=$X python3 -m pytest -q -m gpu -p 
 chk dw_racecheck 120 env FOLD_ATTENTION_LIBRARY=$X compute-sanitizer --tool racecheck --error-exitcode 1 \
   python3 scripts/gpu_smoke.py --decode-only
 git apply -R "${INC[@]}" "$PD"
-step win_kernels 60 env FOLD_ATTENTION_LIBRARY=$M \
-  FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,4096" python3 scripts/time_window.py --kernels
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS"/dw_tests.log "$LOGS"/decode_gpu.log | tail -4
 grep -h "FAILED\|Error" "$LOGS"/dw_tests.log | head -10
-cat "$LOGS/win_kernels.log"
