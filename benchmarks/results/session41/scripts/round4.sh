@@ -3,6 +3,8 @@
 # 263-349 µs on capture layers 2 and 14 against 147-158 on layer 27 in round 3, SDPA 145-168 on
 # all three) a property of the layer's data or of its place in the run? The quick suite with the
 # layers reversed, then in the default order again; the eager step's host profile.
+# Carry [".ab"] holding m41.so.xz, m41.commit and the SmolLM2 capture .pt.xz only (.gpu-store/
+# keeps the capture): the tree and the carry must stay under 64 MiB.
 set -u
 cd "$(dirname "$0")/../../../.."
 mkdir -p .cache/captures && xz -dc .ab/smollm2-135m-0172c41b3d659d61.pt.xz \
