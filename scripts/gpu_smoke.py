@@ -1,6 +1,6 @@
 """A small call of every CUDA kernel, for compute-sanitizer (memcheck, racecheck):
 the backward preprocess, the training forward and the training backward, and the decode
-(cache writer with v8 growth, front, splits, combine, guard fix-up)."""
+(cache writer with v8 growth, front, splits, combine, guard fix-up, sliding windows and sinks)."""
 import os
 import sys
 
@@ -140,5 +140,36 @@ if not training_only:
     qn[..., 0] = 8.0
     fa.fold_attn_with_kvcache(qn, cache)
     print("decode guard (expect fixup_rows 2)", cache.stats())
+    # The same fix-up under a sliding window holding the needle (over keys [F, L)), with sinks.
+    fa.fold_attn_with_kvcache(qn, cache, window_size=(699, 0),
+                              sinks=torch.tensor([4.0, float("-inf")], device=dev))
+    print("decode guard, window 700 + sinks", cache.stats())
+# Sliding windows and sinks (decode.cu's WIN / EXT instances: the front's window sample, the plain
+# split from the window's chunk, the combines from its split, the sinks): windows across split and
+# page edges, inside the first split and of one key, ragged requests with appends, dense and
+# screened, v8 on and off, D 64 / 128 / 256.
+for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, False, 128, 2, 4, 16.0),
+                                                           (torch.float16, False, 64, 1, 8, None),
+                                                           (torch.bfloat16, True, 64, 2, 3, 16.0),
+                                                           (torch.float16, True, 128, 1, 16, None),
+                                                           (torch.bfloat16, False, 256, 1, 2, 16.0),
+                                                           (torch.bfloat16, True, 256, 1, 4, None)):
+    cache = fa.FoldKVCache(4, hkv * g, hkv, d, 1600, depth=depth, v8=v8, page_size=64, dtype=dtype, device=dev)
+    for b, n in enumerate([1300, 0, 513, 100]):
+        cache.add_request()
+        if n:
+            cache.extend(b, torch.randn(n, hkv, d, device=dev, dtype=dtype),
+                         torch.randn(n, hkv, d, device=dev, dtype=dtype))
+    cache.release(1)
+    q = torch.randn(4, hkv * g, d, device=dev, dtype=dtype)
+    sinks = torch.randn(hkv * g, device=dev) * 3
+    sinks[0] = float("-inf")
+    for window, with_sinks in ((1, False), (100, True), (511, True), (512, False), (513, True),
+                               (1000, True), (None, True)):
+        fa.fold_attn_with_kvcache(q, cache, torch.randn(4, hkv, d, device=dev, dtype=dtype),
+                                  torch.randn(4, hkv, d, device=dev, dtype=dtype),
+                                  window_size=(-1, -1) if window is None else (window - 1, 0),
+                                  sinks=sinks if with_sinks else None)
+    print("decode window + sinks", dtype, "v8" if v8 else "", f"D{d} G{g} depth {depth}", cache.stats())
 torch.cuda.synchronize()
 print("gpu smoke: ok")

@@ -72,8 +72,9 @@ typedef struct fold_decode_params {
                          /* only keys j with L - 1 - j < w (L: the request's length     */
                          /* after the append; FlashAttention's window_size left = w - 1) */
   const float *sinks;    /* NULL, or n_heads float32 logits, one per query head (finite */
-                         /* or -inf; host memory for the CPU step): exp(sinks[h]) joins */
-                         /* row h's denominator, with no value (gpt-oss)                 */
+                         /* or -inf; host memory for the CPU step, device memory for   */
+                         /* the CUDA step, whose values are not checked): exp(sinks[h]) */
+                         /* joins row h's denominator, with no value (gpt-oss)           */
 } fold_decode_params_t;
 
 /* What one decode step read. Keys count (request, KV head, key) triples. */

@@ -691,15 +691,13 @@ def _step_sinks(sinks, cache: FoldKVCache, fn: str):
     return sinks.detach().float().contiguous()
 
 
-def _refuse_on_cuda(cache: FoldKVCache, window_before: int, sinks, fn: str) -> None:
-    if cache.is_cuda and window_before:
-        raise NotImplementedError(
-            f"{fn}: a sliding window shorter than max_len is not in the CUDA decode kernels yet "
-            "(the CPU reference applies it)")
-    if cache.is_cuda and sinks is not None:
-        raise NotImplementedError(
-            f"{fn}: attention sinks are not in the CUDA decode kernels yet (the CPU reference "
-            "applies them)")
+def _check_sink_values(sinks, fn: str) -> None:
+    """A CUDA cache's sinks, finite or -inf each (the C reference checks a CPU step's; the CUDA
+    step reads them on the device unchecked): one device read, on eager steps only."""
+    bad = ~(torch.isfinite(sinks) | (sinks == float("-inf")))
+    if bool(bad.any()):
+        h = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{fn}: sinks[{h}] must be finite or -inf, got {float(sinks[h])}")
 
 
 def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=False,
@@ -735,7 +733,6 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     return_lse = require_flag(return_lse, "return_lse", fn)
     window_before = _step_window(window_size, cache, fn)
     sinks = _step_sinks(sinks, cache, fn)
-    _refuse_on_cuda(cache, window_before, sinks, fn)
     q, four = _step_rows(q_step, "q_step", fn, cache, cache.n_heads)
     if (k_step is None) != (v_step is None):
         raise ValueError(f"{fn}: pass both k_step and v_step, or neither")
@@ -751,6 +748,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         # below took ~89 us of a 178 us batch-1 step). CPU, or FOLD_DECODE_PRECHECK=0 (A/B runs):
         # the lengths read, then one torch test over the inputs (the C++ reference tests q).
         precheck = cache.is_cuda and os.environ.get("FOLD_DECODE_PRECHECK", "1") != "0"
+        if cache.is_cuda and sinks is not None:
+            _check_sink_values(sinks, fn)
         if precheck:
             lengths, nonfinite = decode_precheck_cuda(q, k, v, *cache._step_buffers(), desc=cache._c_desc())
         else:
@@ -810,7 +809,7 @@ def _needs_op(*tensors) -> bool:
 
 
 def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
-                     out: torch.Tensor, lse: torch.Tensor) -> None:
+                     out: torch.Tensor, lse: torch.Tensor, window_size=(-1, -1), sinks=None) -> None:
     """The graph-capturable core of fold_attn_with_kvcache for a CUDA cache: appends k/v
     (batch, n_kv_heads, head_dim; None: no append) to every active request and attends q
     (batch, n_heads, head_dim) into out / lse, with no checks and no host synchronisation.
@@ -820,7 +819,8 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
     directly (no copy kernels in a captured step); otherwise the step's results are copied in.
     The tensors' metadata (shapes, dtypes, devices, layout) is checked, which reads nothing from
     the device: a q, k or v that does not match the cache would make the kernels read past its
-    buffers."""
+    buffers. window_size and sinks as in fold_attn_with_kvcache (the sinks' values are not
+    checked here: each must be finite or -inf)."""
     fn = "decode_step_cuda"
     if not isinstance(cache, FoldKVCache):
         raise TypeError(f"{fn}: cache must be a FoldKVCache, got {type(cache).__name__}")
@@ -845,6 +845,8 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
             raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
         if tuple(t.shape) != shape:
             raise ValueError(f"{fn}: {name} must have shape {shape}, got {tuple(t.shape)}")
+    window_before = _step_window(window_size, cache, fn)
+    sinks = _step_sinks(sinks, cache, fn)
     direct = (
         not _needs_op(q, k, v)
         and not out.requires_grad and not lse.requires_grad
@@ -853,9 +855,10 @@ def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None
         and lse.dtype == torch.float32 and lse.device == q.device
     )
     if direct:
-        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), desc=cache._c_desc())
+        decode_step_into(out, lse, q, k, v, *cache._step_buffers(), window_before, sinks,
+                         desc=cache._c_desc())
         cache._stats_pending = True
         return
-    o, s = cache._step(q, k, v)
+    o, s = cache._step(q, k, v, window_before, sinks)
     out.copy_(o)
     lse.copy_(s)

@@ -14,8 +14,7 @@ Sliding-window layers (Mistral, Qwen2, Gemma, ...) pass transformers' ``sliding_
 ``window_size=(sliding_window - 1, sliding_window - 1)``, as transformers does for
 FlashAttention (the CPU reference and the CUDA kernels apply any window). gpt-oss's attention
 sinks (``s_aux``) pass on as ``sinks`` (the CPU reference and the CUDA kernels). Generation
-through FoldKVCache takes both on CPU caches; CUDA caches refuse them (NotImplementedError: not
-in the decode kernels yet) unless the window covers max_len. Attention
+through FoldKVCache takes both, on CPU and CUDA caches. Attention
 dropout and soft-capping are not supported and raise, as does a padding mask on cross-attention
 (the mask is the keys', the queries are other tokens).
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
@@ -28,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .decode import FoldKVCache, _refuse_on_cuda, _step_sinks, _step_window, fold_attn_with_kvcache
+from .decode import FoldKVCache, fold_attn_with_kvcache
 from ._validate import require_int
 from .training import fold_attn_func, fold_attn_varlen_func
 
@@ -216,9 +215,6 @@ class FoldLayerCaches:
         """q (B, S, H, D), k/v (B, S, Hkv, D) of one layer's new tokens -> (B, S, H, D), with
         the layer's sliding window and attention sinks (prefill and steps alike)."""
         cache = self.layers[module.layer_idx]
-        # (A CUDA cache refuses what its step cannot run before the prefill writes anything.)
-        _refuse_on_cuda(cache, _step_window(window_size, cache, "FoldLayerCaches"),
-                        _step_sinks(sinks, cache, "FoldLayerCaches"), "FoldLayerCaches")
         if scaling is not None and abs(scaling - cache.softmax_scale) > 1e-6 * cache.softmax_scale:
             raise ValueError(f"FoldLayerCaches: the layer's scaling {scaling} differs from the "
                              f"cache's softmax_scale {cache.softmax_scale}")

@@ -83,17 +83,9 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
     check_cuda_cache(cache);
     fold::cpu::check_params(*cache, params);
     const fold_kvcache_t &c = *cache;
-    // Not in the decode kernels yet (the CPU reference has both): a window that can hide a key
-    // (shorter than max_len) and sinks.
-    if (params->window_before > 0 && params->window_before < c.max_len)
-      fold::fail(FOLD_ERR_UNSUPPORTED,
-                 "params->window_before = " + std::to_string(params->window_before) +
-                     " (< max_len): sliding windows are not in the CUDA "
-                     "decode kernels yet");
-    if (params->sinks != nullptr)
-      fold::fail(FOLD_ERR_UNSUPPORTED,
-                 "params->sinks: attention sinks are not in the CUDA "
-                 "decode kernels yet");
+    // A sliding window (window_before) and sinks run in the kernels' own instances (launch_decode).
+    // sinks is device memory here: its values (finite or -inf) are the caller's to check, like
+    // the other device data (decode.h).
     check_rows("q", q, params->n_heads, c.head_dim, c.batch, false);
     check_rows("out", out, params->n_heads, c.head_dim, c.batch, false);
     if (reinterpret_cast<uintptr_t>(lse) % 4 != 0) fold::fail("lse must be 4-byte aligned");

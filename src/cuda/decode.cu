@@ -137,6 +137,14 @@ __device__ __forceinline__ void stat_add(unsigned long long *p, int64_t v) {
   if (p != nullptr && v != 0) atomicAdd(p, static_cast<unsigned long long>(v));
 }
 
+// The first key F = max(0, L - w) that a request of L keys sees under the sliding window
+// window_before = w (0: none; decode_step.cpp's F_). The kernels' windowed instances (a bool
+// template parameter, chosen from the call's arguments only) start their key ranges at F; the
+// others never call this.
+__host__ __device__ __forceinline__ int32_t window_first(int32_t L, int32_t w) {
+  return w > 0 && L > w ? L - w : 0;
+}
+
 // ---- cache writer --------------------------------------------------------------------
 
 // Where unit `u` of an append writes. Step mode (request < 0): unit = request slot, one
@@ -549,11 +557,15 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // registers unbounded (up to 168 at D 128: one block per SM). UNROLL without SMALL (U2, a grid of
 // at most two blocks per SM): the same loads at up to 128 registers. FT = 128 (HALF, a large
 // batch at G <= 4): four warps, a group of up to four rows per block, eight blocks per SM.
-template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads>
+// WIN (a step with a sliding window, window = its window_before > 0): the sample is the window's
+// (reference_z.h plan_window_sample): the plain sample's shape for L - F keys, the heavy entries
+// shifted by F (those at or before F dropped), every slot's key shifted by F. F = 0 gives the
+// plain sample. (Without WIN `window` is not read.)
+template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads, bool WIN = false>
 __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
     decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
                         const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
-                        const int appended, const int early) {
+                        const int appended, const int early, const int window) {
   pdl_wait();
   // OVERLAP (the dense ring or split2 follows): its blocks may start now, beside this grid; they
   // read nothing this kernel writes before their own wait (decode_split_ring_kernel,
@@ -612,10 +624,11 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   // (Returns before the group's counters are reset, at the end: they are read only for groups
   // with keys. An append leaves L >= 1, so this request's length did not change.)
   if (L <= 0) return;
-  if (tid < kHeavyKeys) s_heavy[tid] = heavy;
+  const int32_t F = WIN ? window_first(L, window) : 0;  // the window's first key
+  if (tid < kHeavyKeys) s_heavy[tid] = WIN ? (heavy > F ? heavy - F : -1) : heavy;
   __syncthreads();
   if (tid == 0) {
-    plan_sample_shape(L, s_heavy, sh);
+    plan_sample_shape(L - F, s_heavy, sh);
     // The sample's bytes join the group's read counters (add_step_stats adds them to `stats`).
     if (first_block)
       ws.gcnt[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5 + 4] =
@@ -625,15 +638,15 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   const int n = sh.n;
   const bool strata = sh.m > kZStrata;
   const int first_stratum = strata ? sh.first_middle : n;
-  // Place the slots (each slot written by exactly one thread).
-  if (tid == 0) s_key[0] = 0;
-  if (tid < sh.n_newest) s_key[1 + tid] = sh.newest_lo + tid;
-  if (tid < sh.n_heavy) s_key[1 + sh.n_newest + tid] = sh.heavy_mid[tid];
+  // Place the slots (each slot written by exactly one thread; WIN: the window's keys, F on).
+  if (tid == 0) s_key[0] = F;
+  if (tid < sh.n_newest) s_key[1 + tid] = F + sh.newest_lo + tid;
+  if (tid < sh.n_heavy) s_key[1 + sh.n_newest + tid] = F + sh.heavy_mid[tid];
   if (strata) {
-    if (tid < kZStrata) s_key[sh.first_middle + tid] = sample_stratum_key(sh, s_heavy, tid);
+    if (tid < kZStrata) s_key[sh.first_middle + tid] = F + sample_stratum_key(sh, s_heavy, tid);
   } else if (tid < sh.m) {
     const int slot = sample_exact_middle_slot(sh, s_heavy, 1 + tid);
-    if (slot >= 0) s_key[slot] = 1 + tid;
+    if (slot >= 0) s_key[slot] = F + 1 + tid;
   }
   __syncthreads();
   // Slot tid's key row and scale, for the warps' tiles below. SMALL: the row's two planes are
@@ -1392,7 +1405,13 @@ __device__ __forceinline__ uint32_t page_starts(int32_t s0, int n, int P) {
 // group; pass 1: only the groups the guard flagged. MMA (bf16 / fp16 V): the value product on the
 // tensor cores (pv_mma_chunk; N within one rounding of the reference's, not bit for bit); else (v8)
 // one fma per key, row and column in the reference's order.
-template <int NP, bool MMA>
+// WIN: the sliding window p.window_before (decode_step.cpp): the split sees keys [F, L) only,
+// F = window_first(L, w). A split wholly before F returns at once (no partial: the combine starts
+// at F's split); the split holding F starts at F's chunk, and its keys before F are absent like
+// the keys past the split's end (never read, neither live nor cut, not counted; the dense stage's
+// rows of them are zeroed for the value product's weight-0 columns). F = 0 (no window, or one
+// that hides nothing) runs the same operations in the same order as WIN = false: the same bits.
+template <int NP, bool MMA, bool WIN = false>
 __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                            const Ws &ws, const int pass, int64_t *stats,
                                            const int s, const int hk, const int b) {
@@ -1410,8 +1429,15 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   const int32_t L = c.lengths[b];
   const int32_t s0 = s * kSplitKeys;
   if (s0 >= L) return;
+  // WIN: the window's first key; a split wholly before it adds nothing (uniform).
+  const int32_t F = WIN ? window_first(L, p.window_before) : 0;
+  if (WIN && s0 + kSplitKeys <= F) return;
   if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
   const int32_t s1 = min(L, s0 + kSplitKeys);
+  // The split's first key lo (WIN: F in F's split), its chunk ci0 and that chunk's first key jf.
+  const int32_t lo = WIN ? max(s0, F) : s0;
+  const int ci0 = WIN ? (lo - s0) / kChunk : 0;
+  const int32_t jf = s0 + ci0 * kChunk;
   const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = tid >> 2, u = tid & 3;  // screen: key kq of the chunk, quarter u
@@ -1478,15 +1504,20 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   // The cache row of the chunk at j0 (its keys are consecutive rows), from the split's table
   // (one page-table lookup and division per chunk, not one per use and thread).
   const int nchunks = (s1 - s0 + kChunk - 1) / kChunk;
-  if (tid < nchunks) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
+  // (WIN: the chunks before ci0 are never looked up, nor their pages.)
+  if (tid < nchunks && (!WIN || tid >= ci0)) s_rowbase[tid] = key_row(c, b, hk, s0 + tid * kChunk);
   if (tid == 0) s_newpage = page_starts(s0, nchunks, P);  // (read after the first barrier)
   auto chunk_row = [&](int32_t j0) {
-    return j0 > s0 ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
+    return j0 > jf ? s_rowbase[(j0 - s0) / kChunk] : key_row(c, b, hk, j0);
   };
-  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split).
-  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, bool with_b) {
+  // WIN: the first key of the window in F's chunk (keys [0, klo0) of chunk ci0 are before it;
+  // every later chunk's are in it: klo = 0).
+  const int klo0 = WIN ? lo - jf : 0;
+  // Planes of the chunk at j0 for this thread's quarter of key kq (zeros past the split, and
+  // WIN before the chunk's first window key klo).
+  auto load_planes = [&](int32_t j0, int4 *a, int4 *bp, bool with_b, int klo) {
     const int nk = min(kChunk, s1 - j0);
-    if (kq < nk) {
+    if (WIN ? kq >= klo && kq < nk : kq < nk) {
       const int64_t r = chunk_row(j0) + kq;
       const int4 *pa = reinterpret_cast<const int4 *>(c.k_a + r * D);
 #pragma unroll
@@ -1502,12 +1533,12 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     }
   };
   // Dense: the chunk's values (every present key, both v8 planes) into stage `st`.
-  auto stage_chunk = [&](int32_t j0, int st) {
+  auto stage_chunk = [&](int32_t j0, int st, int klo) {
     const int nk = min(kChunk, s1 - j0);
     const int64_t rb = chunk_row(j0);
     unsigned char *dst = stage + st * 64 * vrow;
     constexpr int pieces = 2 * D / 16;  // per key
-    for (int e = tid; e < nk * pieces; e += blockDim.x) {
+    for (int e = (WIN ? klo * pieces : 0) + tid; e < nk * pieces; e += blockDim.x) {
       const int k = e / pieces, q16 = e % pieces;
       const unsigned char *src;
       if (v8)
@@ -1528,14 +1559,14 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   // register with the next chunk's planes made every warp wait for it at once (ncu: the
   // conversion stalled on the load; kept raw, ptxas spilled it and the spill store stalled).
   // Scales past the split's end are read from the same pages and never used.
-  if (tid < nchunks * 8) {
+  if (tid < nchunks * 8 && (!WIN || tid >= ci0 * 8)) {
     const int64_t r = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
     cp_async16(s_scale + 8 * tid, c.k_scale + r);
   }
   cp_async_commit();
-  load_planes(s0, ka, kb, dense);
+  load_planes(jf, ka, kb, dense, klo0);
   if (dense) {
-    stage_chunk(s0, 0);
+    stage_chunk(jf, WIN ? (ci0 & 1) : 0, klo0);
     cp_async_wait<1>();  // the scales (the first chunk's values may stay in flight)
   } else {
     cp_async_wait<0>();
@@ -1550,11 +1581,12 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   // MMA, gathers: whether stage row kq may hold a value (a live key's, or never written): a row
   // without a live key is zeroed before the value product reads it (weight 0 x value must be 0).
   bool row_held = true;
-  for (int ci = 0; ci < nchunks; ++ci) {
+  for (int ci = ci0; ci < nchunks; ++ci) {
     const int32_t j0 = s0 + ci * kChunk;
     const int nk = min(kChunk, s1 - j0);
+    const int klo = WIN && ci == ci0 ? klo0 : 0;  // (WIN: keys [0, klo) are before the window)
     const int st = dense ? (ci & 1) : 0;
-    const bool present = kq < nk;
+    const bool present = WIN ? kq >= klo && kq < nk : kq < nk;
     const bool more = ci + 1 < nchunks;
     bool live = dense, refine = dense, vref = dense && v8;
     // MMA layout: lane (g, t) computes rows 8 rb + g against keys 8 warp + 2t + j (j < 2); the
@@ -1618,8 +1650,8 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
     }
     if (dense) {
       if (more) {
-        stage_chunk(j0 + kChunk, st ^ 1);
-        load_planes(j0 + kChunk, ka_n, kb_n, true);
+        stage_chunk(j0 + kChunk, st ^ 1, 0);
+        load_planes(j0 + kChunk, ka_n, kb_n, true, 0);
       }
     } else {
       // Gather plane B (refined keys, into registers) and the values (live keys) of this
@@ -1652,7 +1684,7 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       }
       row_held = live;
       cp_async_commit();
-      if (more) load_planes(j0 + kChunk, ka_n, kb_n, false);
+      if (more) load_planes(j0 + kChunk, ka_n, kb_n, false, 0);
     }
     // No barrier here. The weights read only what this thread wrote (its coarse logits in w)
     // and its own registers; the gathers stay in flight until the row sums need them.
@@ -1663,7 +1695,8 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int bits = vbits >> (3 * j);
-      mpres[j] = 8 * warp + 2 * mt + j < nk;
+      mpres[j] = WIN ? 8 * warp + 2 * mt + j >= klo && 8 * warp + 2 * mt + j < nk
+                     : 8 * warp + 2 * mt + j < nk;
       mlive[j] = (bits & 1) != 0 && mpres[j];
       mref[j] = (bits & 2) != 0 && mlive[j];
     }
@@ -1714,6 +1747,12 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       for (int e = tid; e < (kChunk - nk) * (VR / 16); e += kThreads)
         reinterpret_cast<uint4 *>(sv + nk * vrow)[e] = make_uint4(0u, 0u, 0u, 0u);
     }
+    if (WIN && MMA && dense && klo > 0) {
+      // The window's first chunk: no copy lands in rows ..klo - 1 either (keys before F).
+      unsigned char *sv = stage + st * 64 * vrow;
+      for (int e = tid; e < klo * (VR / 16); e += kThreads)
+        reinterpret_cast<uint4 *>(sv)[e] = make_uint4(0u, 0u, 0u, 0u);
+    }
     // This thread's copies of the chunk (dense: the next chunk's stay in flight).
     if (dense && more)
       cp_async_wait<1>();
@@ -1749,6 +1788,23 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
       // threads, float4 loads from the padded rows, liveness from the chunk's mask.
       for (int g = g_first; g < G; g += kThreads) {
         float t = ts[g], tl = tlse[g], cu = cut[g];
+        if (WIN && klo > 0) {
+          // The window's first chunk: its keys from klo, in index order (w and pe hold nothing
+          // for the keys before it).
+          for (int k = klo; k < nk; ++k) {
+            const float wv = w[g * WS + k];
+            if ((live_mask >> k) & 1ull) {
+              t = add_rn(t, wv);
+              tl = add_rn(tl, pe[g * WS + k]);
+            } else {
+              cu = add_rn(cu, wv);
+            }
+          }
+          ts[g] = t;
+          tlse[g] = tl;
+          cut[g] = cu;
+          continue;
+        }
         const float4 *w4 = reinterpret_cast<const float4 *>(w + g * WS);
         const float4 *p4 = reinterpret_cast<const float4 *>(pe + g * WS);
         const int nk4 = nk & ~3;
@@ -1857,17 +1913,23 @@ __device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_d
   }
 }
 
-// Defined with the combine below.
+// Defined with the combine below. (Not templates: as templates, their shared variables moved in
+// the plain instances' layout. The plain instances pass window 0, a constant that folds away.)
 __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int32_t *flag,
                                                const int32_t *bad, const unsigned long long *gcnt,
                                                const int32_t *rej, int batch, int n_kv_heads, int G,
-                                               int D, unsigned long long *stats);
+                                               int D, unsigned long long *stats, int window);
 __device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
                                                       const fold_decode_params_t &p, const Ws &ws,
                                                       const fold_tensor_t &out, float *lse,
                                                       const int s, const int hk, const int b);
+__device__ __forceinline__ void combine_pass1_if_last_ext(const fold_kvcache_t &c,
+                                                          const fold_decode_params_t &p,
+                                                          const Ws &ws, const fold_tensor_t &out,
+                                                          float *lse, const int s, const int hk,
+                                                          const int b);
 __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
-                                            const Ws &ws, const int hk, const int b);
+                                            const Ws &ws, const int hk, const int b, int window);
 
 // grid (splits, Hkv, B): split blockIdx.x of group (blockIdx.z, blockIdx.y) (pass 0). LIST
 // (pass 1): grid (K); the items are (listed group j, split s), i = j * splits + s, and block k
@@ -1877,7 +1939,11 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
 // costs K blocks that exit at once (and no combine launch).
 // (Pass 1, the guard's rare path, is held to one block per SM fewer: with its combine and
 // statistics the split's loop spilled.)
-template <int NP, bool MMA, bool LIST>
+// EXT: a step with a sliding window or sinks (launch_decode chooses it from the call's arguments:
+// window_before in (0, max_len), or sinks != NULL). The splits, the fix-up and the counters honour
+// p.window_before (split_item's WIN), and the combine (pass 1's, LIST) p.window_before and p.sinks;
+// with neither (a window that hides nothing) the same bits as the plain instance.
+template <int NP, bool MMA, bool LIST, bool EXT = false>
 __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
     decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                         const fold_tensor_t out, float *lse, const int pass, int64_t *stats,
@@ -1887,7 +1953,7 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
     if (stats != nullptr)
       add_step_stats(c.lengths, ws.flag, ws.bad, ws.gcnt, appended ? ws.rej : nullptr, c.batch,
                      c.n_kv_heads, p.n_heads / c.n_kv_heads, c.head_dim,
-                     reinterpret_cast<unsigned long long *>(stats));
+                     reinterpret_cast<unsigned long long *>(stats), EXT ? p.window_before : 0);
     // Each block takes a contiguous range of the items (group-major), so that consecutive items
     // are mostly splits of one group and the block recomputes the group's fix-up once for all of
     // them (it reads its own ws.z write after that): a fix-up per block and group, not per item
@@ -1901,15 +1967,22 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
       const int s = static_cast<int>(i % ws.splits);
       const int hk = grp % c.n_kv_heads, b = grp / c.n_kv_heads;
       __syncthreads();  // the previous item's reads of the shared memory are done
+      // (EXT: the splits before a window's too, which then return at once: whichever block
+      // combines the group has computed its Z itself, as without a window.)
       if (s * kSplitKeys < c.lengths[b] && grp != fixed) {  // (uniform)
-        fixup_group(c, p, ws, hk, b);
+        fixup_group(c, p, ws, hk, b, EXT ? p.window_before : 0);
         fixed = grp;
       }
-      split_item<NP, MMA>(c, p, ws, pass, stats, s, hk, b);
-      combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
+      split_item<NP, MMA, EXT>(c, p, ws, pass, stats, s, hk, b);
+      // (Every split s < the group's count comes here, those before a window included, so the
+      // last-block count reaches its total.)
+      if constexpr (EXT)
+        combine_pass1_if_last_ext(c, p, ws, out, lse, s, hk, b);
+      else
+        combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }
   } else {
-    split_item<NP, MMA>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+    split_item<NP, MMA, EXT>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   }
   pdl_trigger();
 }
@@ -2866,7 +2939,12 @@ inline size_t combine_smem_bytes(int S, int64_t grid_blocks, int ept = 1) {
 
 // EPT elements per thread (1, or 2 where the grid of one would take more than one wave: the
 // block's chain of loads is what a combine block costs, so half the blocks are half the waves).
-template <int EPT = 1>
+// EXT (a step with a sliding window or sinks, decode_step.cpp): the sums start at the window's
+// first split (the splits before it wrote nothing; their partials would be zeros), and with sinks
+// (p.sinks, device memory) each row's keys' LSE lse_keys = Z + log2 T_lse becomes
+// lse = log2(2^lse_keys + 2^(sink log2 e)) (log2_add_exp2) and its output N / T is scaled by
+// r = 2^(lse_keys - lse), as finish() does; a -inf sink gives r = 1 and the bits of no sink.
+template <int EPT = 1, bool EXT = false>
 __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
                                              const Ws &ws, const fold_tensor_t &out, float *lse,
                                              const int pass, const int hk, const int b,
@@ -2915,7 +2993,9 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
 #pragma unroll
   for (int j = 0; j < EPT; ++j) n[j] = 0.0f;
   const int pieces = nrows * D / 4;  // 16-byte pieces of one split's N rows
-  for (int sb = 0; sb < nsplit; sb += batch) {
+  // (EXT: from the window's first split.)
+  const int s_first = EXT ? window_first(L, p.window_before) / kSplitKeys : 0;
+  for (int sb = s_first; sb < nsplit; sb += batch) {
     const int ns = min(batch, nsplit - sb);
     for (int i = tid; i < ns * pieces; i += kThreads) {
       const int si = i / pieces, pc = i % pieces;
@@ -2953,6 +3033,20 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
       atomicOr(&ws.bad[row0 + g], 1);
       flag_group(ws, grp);
     }
+    if constexpr (EXT) {
+      // finish(): the keys' LSE, then the sink's mass (the row's Z, cuts and guard ignore it).
+      const bool ok = t > 0.0f && isfinite(t);
+      float lse2 = add_rn(ws.z[row0 + g], log2_fp(tl)), r = 1.0f;
+      if (p.sinks != nullptr && ok) {
+        const float lse_keys = lse2;
+        lse2 = log2_add_exp2(lse_keys, mul_rn(p.sinks[hk * G + g], kLog2eF));
+        r = exp2_fp(sub_rn(lse_keys, lse2));
+      }
+      // (In the staging arrays, free after the sums' last barrier: no shared memory of its own,
+      // so that the plain instances keep their layout.)
+      s_pt[tid][0] = r;
+      s_ptl[tid][0] = lse2;
+    }
   }
   __syncthreads();
 #pragma unroll
@@ -2967,6 +3061,8 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
       const float tg = s_t[g - g0];
       const bool ok = tg > 0.0f && isfinite(tg);
       float r = ok ? div_rn(n[j], tg) : 0.0f;
+      if constexpr (EXT)
+        if (p.sinks != nullptr) r = mul_rn(r, s_pt[g - g0][0]);
       r = isfinite(r) ? r : 0.0f;
       o[b * out.batch_stride + (hk * G + g) * out.head_stride + d] = store_bits(c.dtype, r);
     }
@@ -2975,8 +3071,11 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
     const int g = g0 + tid;
     const float tg = s_t[tid];
     const bool ok = tg > 0.0f && isfinite(tg);
-    lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
-                       : __uint_as_float(0xff800000u);
+    if constexpr (EXT)
+      lse[row0 + g] = ok ? mul_rn(kLn2F, s_ptl[tid][0]) : __uint_as_float(0xff800000u);
+    else
+      lse[row0 + g] = ok ? mul_rn(kLn2F, add_rn(ws.z[row0 + g], log2_fp(s_tl[tid])))
+                         : __uint_as_float(0xff800000u);
   }
 }
 
@@ -2985,14 +3084,16 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
 // Z of the flagged rows of group (b, hk), recomputed (pass 1, by every split block of the group
 // before its split: each computes the same bits, writes them to ws.z and then reads its own
 // write, so no block waits for another; the guard's rare path pays the repeated work instead of
-// a launch on every step).
+// a launch on every step). With a window (window = window_before, EXT instances; else 0): over
+// the window's keys [F, L) (decode_step.cpp's exact_lse).
 __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
-                                            const Ws &ws, const int hk, const int b) {
+                                            const Ws &ws, const int hk, const int b, int window) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
   __shared__ float buf[kThreads];
   __shared__ float red[kThreads / 32];
   const int32_t L = c.lengths[b];
+  const int32_t F = window_first(L, window);
   const int D = c.head_dim, H = p.n_heads, G = H / c.n_kv_heads, tid = threadIdx.x;
   const int64_t row0 = static_cast<int64_t>(b) * H + hk * G;
   const int log2d = log2_pow2(D);
@@ -3015,7 +3116,7 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
                         logit_multiplier(sq, bf16_bits_to_float(c.k_scale[kr]), 16 + log2d));
     };
     float m = __uint_as_float(0xff800000u);
-    for (int32_t j = tid; j < L; j += blockDim.x) {
+    for (int32_t j = F + tid; j < L; j += blockDim.x) {
       const float sa = logit(j);
       m = sa > m ? sa : m;
     }
@@ -3028,7 +3129,7 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
     m = red[0];
     for (int i = 1; i < kThreads / 32; ++i) m = red[i] > m ? red[i] : m;
     float sum = 0.0f;  // thread 0's, in key order
-    for (int32_t j0 = 0; j0 < L; j0 += kThreads) {
+    for (int32_t j0 = F; j0 < L; j0 += kThreads) {
       const int32_t j = j0 + tid;
       if (j < L) buf[tid] = exp2_fp(sub_rn(logit(j), m));
       __syncthreads();
@@ -3042,21 +3143,24 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
 }
 
 // grid (Hkv, B, ceil(G D / 256)): pass 0's combine (the guard's flags; pass 1 does the fix-up).
+// EXT: a step with a window or sinks (combine_item).
+template <bool EXT = false>
 __global__ void __launch_bounds__(kThreads)
     decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                           const fold_tensor_t out, float *lse) {
   pdl_wait();
-  combine_item<1>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
+  combine_item<1, EXT>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
 // The same at two elements per thread, eight blocks per SM (32 registers; unbounded, ptxas took
 // 40: six blocks per SM).
+template <bool EXT = false>
 __global__ void __launch_bounds__(kThreads, 8)
     decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
                            const fold_tensor_t out, float *lse) {
   pdl_wait();
-  combine_item<2>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
+  combine_item<2, EXT>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
   pdl_trigger();
 }
 
@@ -3064,11 +3168,12 @@ __global__ void __launch_bounds__(kThreads, 8)
 // each group's pass-0 counters (or, for a flagged group, its fix-up's rows and bytes; pass 1 adds
 // its own reads), a thread per group, summed over the block, then one atomic per counter and
 // block. Every load of a group is issued before any is used (one memory latency at batch 1,
-// where this is the step's last work).
+// where this is the step's last work). With a window (window = window_before, EXT instances; else
+// 0): a flagged group's fix-up read the window's keys [F, L) only.
 __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int32_t *flag,
                                                const int32_t *bad, const unsigned long long *gcnt,
                                                const int32_t *rej, int batch, int n_kv_heads, int G,
-                                               int D, unsigned long long *stats) {
+                                               int D, unsigned long long *stats, int window) {
   __shared__ unsigned long long s_sum[kThreads / 32][8];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t groups = static_cast<int64_t>(batch) * n_kv_heads;
@@ -3089,7 +3194,8 @@ __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int
     v[kRows] += G;
     if (fl != 0) {
       for (int g = 0; g < G; ++g) v[kFixupRows] += bad[grp * G + g] != 0;  // rows b H + hk G + g
-      v[kBytes] += gc[4] + static_cast<unsigned long long>(L) * (2 * D + 2);
+      const int32_t F = window_first(L, window);
+      v[kBytes] += gc[4] + static_cast<unsigned long long>(L - F) * (2 * D + 2);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[i] += gc[i];  // kKeys .. kVRefine
@@ -3138,6 +3244,23 @@ __device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
   const int nzb = (G * c.head_dim + kThreads - 1) / kThreads;
   for (int zb = 0; zb < nzb; ++zb) {
     combine_item(c, p, ws, out, lse, 1, hk, b, zb);
+    __syncthreads();  // the next block's staging reuses the shared memory
+  }
+}
+// The same for a step with a window or sinks (decode_split_kernel's EXT): combine_item's EXT.
+__device__ __forceinline__ void combine_pass1_if_last_ext(const fold_kvcache_t &c,
+                                                          const fold_decode_params_t &p,
+                                                          const Ws &ws, const fold_tensor_t &out,
+                                                          float *lse, const int s, const int hk,
+                                                          const int b) {
+  const int32_t L = c.lengths[b];
+  const int nsplit = (L + kSplitKeys - 1) / kSplitKeys;
+  if (s >= nsplit) return;  // this split did not run (uniform); those before a window did
+  if (!last_block_of(ws.p1done + static_cast<int64_t>(b) * c.n_kv_heads + hk, nsplit)) return;
+  const int G = p.n_heads / c.n_kv_heads;
+  const int nzb = (G * c.head_dim + kThreads - 1) / kThreads;
+  for (int zb = 0; zb < nzb; ++zb) {
+    combine_item<1, true>(c, p, ws, out, lse, 1, hk, b, zb);
     __syncthreads();  // the next block's staging reuses the shared memory
   }
 }
@@ -3243,14 +3366,15 @@ RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8) {
 }
 
 // The plain split's instance: head dim, value product on MMA (bf16 / fp16 V) or fma (v8),
-// pass 0's grid or pass 1's list.
-template <bool LIST>
+// pass 0's grid or pass 1's list, and EXT (a step with a window or sinks).
+template <bool LIST, bool EXT = false>
 auto plain_split_kernel(int head_dim, bool mma) {
-  return head_dim == 64
-             ? (mma ? decode_split_kernel<1, true, LIST> : decode_split_kernel<1, false, LIST>)
-         : head_dim == 128
-             ? (mma ? decode_split_kernel<2, true, LIST> : decode_split_kernel<2, false, LIST>)
-             : (mma ? decode_split_kernel<4, true, LIST> : decode_split_kernel<4, false, LIST>);
+  return head_dim == 64    ? (mma ? decode_split_kernel<1, true, LIST, EXT>
+                                  : decode_split_kernel<1, false, LIST, EXT>)
+         : head_dim == 128 ? (mma ? decode_split_kernel<2, true, LIST, EXT>
+                                  : decode_split_kernel<2, false, LIST, EXT>)
+                           : (mma ? decode_split_kernel<4, true, LIST, EXT>
+                                  : decode_split_kernel<4, false, LIST, EXT>);
 }
 
 // A decode kernel launch, with programmatic stream serialization unless FOLD_DECODE_PDL=0
@@ -3286,6 +3410,16 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   }
   const int G = p.n_heads / c.n_kv_heads;
   const float cmul = mul_rn(p.softmax_scale, kLog2eF);
+  // A sliding window that can hide a key (window_before < max_len: else F = 0 for every request,
+  // the plain step) and sinks run their own instances (WIN / EXT), chosen from these arguments
+  // only, never from the lengths or the batch, so that a request's bits are the same alone and in
+  // any batch; a step with neither runs exactly the kernels it ran before them. A windowed step:
+  // the front's WIN forms (SMALL or not), the plain split for pass 0 (split_item's WIN; the rings,
+  // split2 and the screen ring do not take a window yet: performance, not values), the EXT
+  // combines and pass 1. Sinks alone: the same front and pass-0 split as without them, the EXT
+  // combines and pass 1 (sinks act in the combine only).
+  const bool win = p.window_before > 0 && p.window_before < c.max_len;
+  const bool ext = win || p.sinks != nullptr;
   // Front rows per block: a warp per row and 8 rows per block when the groups alone fill the
   // GPU. Else (a small batch: the SMALL instance) one row per block where that grid fits one
   // block per SM, so that the front spreads over more SMs (its sample is then read once per row,
@@ -3326,7 +3460,7 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     const char *v = std::getenv(name);
     return v == nullptr ? rule : std::strcmp(v, "1") == 0;
   };
-  const bool large = !small && !formed && c.head_dim <= 128;
+  const bool large = !small && !formed && c.head_dim <= 128 && !win;
   const bool half = large && G <= kFrontRows / 2 &&
                     form_knob("FOLD_DECODE_FRONT_HALF", blocks8 > 4 * int64_t{sm_count()});
   const bool u2 =
@@ -3352,13 +3486,23 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                       : u2    ? decode_front_kernel<4, false, true>
                               : decode_front_kernel<4, false>)
                    : (small ? decode_front_kernel<8, true> : decode_front_kernel<8, false>);
+  // A windowed step: the WIN forms, SMALL or not (no UNROLL, HALF nor U2: scheduling only).
+  if (win) {
+    constexpr int T = kThreads;
+    front = c.head_dim == 64    ? (small ? decode_front_kernel<2, true, false, T, true>
+                                         : decode_front_kernel<2, false, false, T, true>)
+            : c.head_dim == 128 ? (small ? decode_front_kernel<4, true, false, T, true>
+                                         : decode_front_kernel<4, false, false, T, true>)
+                                : (small ? decode_front_kernel<8, true, false, T, true>
+                                         : decode_front_kernel<8, false, false, T, true>);
+  }
   const bool pdl = env_on("FOLD_DECODE_PDL");
-  const bool ring = split_ring_supported(c, p);
-  const bool screen = !ring && split_screen_supported(c, p);
+  const bool ring = !win && split_ring_supported(c, p);
+  const bool screen = !win && !ring && split_screen_supported(c, p);
   // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
   // follows the cache's capacity (max_len), not the lengths, which the host does not read.
   const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(w.splits) * groups, sm_count());
-  const bool split2 = !ring && !screen && plan2.on;
+  const bool split2 = !win && !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
   // (decode_split_ring_kernel, split2_item). FOLD_DECODE_OVERLAP=0 (read per call) turns it off,
@@ -3369,11 +3513,15 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   const int32_t *lengths = appended ? w.newlen : c.lengths;
   launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,
            "decode_front_kernel launch", c, q, cmul, p.n_heads, ws, stats, rows_per_cta,
-           appended ? 1 : 0, early);
+           appended ? 1 : 0, early, p.window_before);
   const bool mma = c.v8 == 0;
   const size_t smem = split_smem_bytes(G, c.head_dim, mma);
-  const auto split = plain_split_kernel<false>(c.head_dim, mma);
-  const auto split_list = plain_split_kernel<true>(c.head_dim, mma);
+  const auto split = win ? plain_split_kernel<false, true>(c.head_dim, mma)
+                         : plain_split_kernel<false>(c.head_dim, mma);
+  const auto split_list = ext ? plain_split_kernel<true, true>(c.head_dim, mma)
+                              : plain_split_kernel<true>(c.head_dim, mma);
+  const auto combine1 = ext ? decode_combine_kernel<true> : decode_combine_kernel<false>;
+  const auto combine2 = ext ? decode_combine2_kernel<true> : decode_combine2_kernel<false>;
   const dim3 cgrid(c.n_kv_heads, c.batch, (G * c.head_dim + kThreads - 1) / kThreads);
   const int64_t cblocks1 = static_cast<int64_t>(cgrid.x) * cgrid.y * cgrid.z;
   const size_t combine_smem = combine_smem_bytes(w.splits, cblocks1);
@@ -3391,13 +3539,12 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   if (ept2) {
     // Its residency as the occupancy calculator answers it (its staging may exceed the default
     // 48 KB, so the attribute is set first); the rule's "fits one wave" is over that count.
-    set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine2_kernel),
-                         static_cast<int>(combine_smem2), "decode_combine2_kernel");
+    set_max_dynamic_smem(reinterpret_cast<const void *>(combine2), static_cast<int>(combine_smem2),
+                         "decode_combine2_kernel");
     if (ept_knob == nullptr)
-      ept2 = cblocks2 <=
-             int64_t{resident_blocks(reinterpret_cast<const void *>(decode_combine2_kernel),
-                                     kThreads, combine_smem2)} *
-                 sm_count();
+      ept2 = cblocks2 <= int64_t{resident_blocks(reinterpret_cast<const void *>(combine2), kThreads,
+                                                 combine_smem2)} *
+                             sm_count();
   }
   // Pass 1's split also combines (its last block per group): room for the combine's staging.
   const size_t smem_list = std::max(smem, combine_smem);
@@ -3405,8 +3552,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
                        "decode_split_kernel");
   set_max_dynamic_smem(reinterpret_cast<const void *>(split_list), static_cast<int>(smem_list),
                        "decode_split_kernel");
-  set_max_dynamic_smem(reinterpret_cast<const void *>(decode_combine_kernel),
-                       static_cast<int>(combine_smem), "decode_combine_kernel");
+  set_max_dynamic_smem(reinterpret_cast<const void *>(combine1), static_cast<int>(combine_smem),
+                       "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
@@ -3532,10 +3679,10 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
              p, ws, out, lse, 0, stats, 0);
   // Pass 0's combine (the guard's flags).
   if (ept2)
-    launch_k(decode_combine2_kernel, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,
+    launch_k(combine2, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,
              "decode_combine2_kernel launch", c, p, ws, out, lse);
   else
-    launch_k(decode_combine_kernel, cgrid, dim3(kThreads), combine_smem, stream, pdl,
+    launch_k(combine1, cgrid, dim3(kThreads), combine_smem, stream, pdl,
              "decode_combine_kernel launch", c, p, ws, out, lse);
   // Pass 1: the groups the guard flagged, from its list, by the plain split (whatever pass 0
   // ran: one kernel for every pass-1 group, so its bits do not depend on the batch) and its

@@ -1,7 +1,7 @@
 """Sliding windows and attention sinks in decode steps (fold_attn_with_kvcache's window_size and
 sinks, FoldKVCache.prefill's): the CPU reference against float64 attention over the window's
 keys with the sinks in the denominator, windows that hide nothing keep the plain bits, keys
-before the window are never read, torch.compile, argument errors, and the CUDA refusal."""
+before the window are never read, torch.compile, argument errors, and a CUDA step's."""
 
 from __future__ import annotations
 
@@ -172,16 +172,28 @@ def test_step_argument_errors(kwargs, exc, arg):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ready()[0], reason=gpu_ready()[1])
-def test_cuda_steps_refuse_a_window_and_sinks_for_now():
+def test_cuda_steps_take_a_window_and_sinks():
+    # (The CUDA kernels' own tests: test_gpu_decode_window_sinks.py.) A CUDA cache runs a window
+    # and sinks (it refused them before the kernels had them), within one output rounding of the
+    # CPU reference (bf16 V: the value product on the tensor cores), and a window as long as
+    # max_len hides nothing: the plain step runs.
     q, k, v = synth(1, 1, 4, 64, 20, seed=26)
-    cache = fa.FoldKVCache(1, 4, 1, 64, max_len=64, depth=16, device="cuda")
-    cache.add_request()
-    cache.extend(0, k[0].cuda(), v[0].cuda())
-    with pytest.raises(NotImplementedError, match="sliding window"):
-        fa.fold_attn_with_kvcache(q.cuda(), cache, window_size=(9, 0))
-    with pytest.raises(NotImplementedError, match="sinks"):
-        fa.fold_attn_with_kvcache(q.cuda(), cache, sinks=torch.zeros(4, device="cuda"))
-    # A window as long as max_len hides nothing: the plain step runs.
-    out = fa.fold_attn_with_kvcache(q.cuda(), cache, window_size=(63, 0))
-    assert torch.equal(out, fa.fold_attn_with_kvcache(q.cuda(), cache))
-    assert cache.lengths.tolist() == [20]
+    caches = []
+    for device in ("cpu", "cuda"):
+        cache = fa.FoldKVCache(1, 4, 1, 64, max_len=64, depth=16, device=device)
+        cache.add_request()
+        cache.extend(0, k[0].to(device), v[0].to(device))
+        caches.append(cache)
+    cpu, cuda = caches
+    sinks = torch.tensor([0.5, -1.0, float("-inf"), 3.0])
+    for window_size, s in (((9, 0), None), ((-1, -1), sinks), ((9, 0), sinks)):
+        oc, lc = fa.fold_attn_with_kvcache(q, cpu, window_size=window_size, sinks=s, return_lse=True)
+        og, lg = fa.fold_attn_with_kvcache(q.cuda(), cuda, window_size=window_size,
+                                           sinks=None if s is None else s.cuda(), return_lse=True)
+        og, lg = og.cpu(), lg.cpu()
+        bound = 2.0**-7 * oc.double().abs() + 1e-5 * oc.double().abs().max()
+        assert ((og.double() - oc.double()).abs() <= bound).all(), window_size
+        assert (lg.double() - lc.double()).abs().max() <= 1e-5, window_size
+    out = fa.fold_attn_with_kvcache(q.cuda(), cuda, window_size=(63, 0))
+    assert torch.equal(out, fa.fold_attn_with_kvcache(q.cuda(), cuda))
+    assert cuda.lengths.tolist() == [20]
