@@ -25,6 +25,28 @@ def randn(shape, dtype, seed, scale=1.0):
     return (torch.randn(shape, generator=gen(seed), dtype=torch.float32) * scale).to(dtype)
 
 
+def randn_on(shape, dtype, seed, scale=1.0, device="cuda"):
+    """randn with a generator on `device` (the GPU tests' inputs: drawn where they are used)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return (torch.randn(shape, generator=g, device=device, dtype=torch.float32) * scale).to(dtype)
+
+
+def window_mask(S, causal, window, device="cuda"):
+    """(S, S) bool: query i sees key j under `causal` and FlashAttention's window_size=(left,
+    right) (-1: unbounded), the rule the kernels apply, written out for SDPA / float64."""
+    i = torch.arange(S, device=device).unsqueeze(1)
+    j = torch.arange(S, device=device).unsqueeze(0)
+    keep = torch.ones(S, S, dtype=torch.bool, device=device)
+    if causal:
+        keep &= j <= i
+    if window[0] >= 0:
+        keep &= j >= i - window[0]
+    if window[1] >= 0:
+        keep &= j <= i + window[1]
+    return keep
+
+
 def make_dense(B, S, H, Hkv, D, dtype, seed=0, scale=1.0):
     """q, k, v, dout for a dense problem (fresh leaves, no grad)."""
     q = randn((B, S, H, D), dtype, seed, scale)

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from helpers import gpu_ready
+from helpers import assert_bitwise_equal, bits, gpu_ready, randn_on, window_mask
 
 _READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
@@ -60,50 +60,24 @@ def _time_limit():
     faulthandler.cancel_dump_traceback_later()
 
 
-def _randn(shape, dtype, seed, scale=1.0):
-    g = torch.Generator(device=DEV)
-    g.manual_seed(seed)
-    return (torch.randn(shape, generator=g, device=DEV, dtype=torch.float32) * scale).to(dtype)
-
 
 def _sinks(H, seed):
     """Per-head sinks on both sides of the rows' maxima (scores here are about N(0, 1), a row's
     maximum about 3): some below (alpha = 1, a small mass), some far above (the running max moves
     to the sink: alpha < 1 rescales O and l). Representable in bf16 and fp16."""
-    s = _randn((H,), torch.float32, seed, 2.0)
+    s = randn_on((H,), torch.float32, seed, 2.0)
     s[0] = 8.0
     if H > 1:
         s[1] = -3.0
     return s.bfloat16().float()
 
 
-def _bits(x):
-    return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32)
-
-
-def _assert_bits(a, b, what):
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    if not torch.equal(_bits(a), _bits(b)):
-        n = (_bits(a) != _bits(b)).sum().item()
-        raise AssertionError(f"{what}: {n} of {a.numel()} elements differ in their bits")
 
 
 def _rel(x, ref, floor):
     ref = ref.double()
     return (x.double() - ref).norm().item() / max(ref.norm().item(), floor)
 
-
-def _mask(S, causal, window):
-    i = torch.arange(S, device=DEV).unsqueeze(1)
-    j = torch.arange(S, device=DEV).unsqueeze(0)
-    keep = torch.ones(S, S, dtype=torch.bool, device=DEV)
-    if causal:
-        keep &= j <= i
-    if window[0] >= 0:
-        keep &= j >= i - window[0]
-    if window[1] >= 0:
-        keep &= j <= i + window[1]
-    return keep
 
 
 def _ref64(q, k, v, dout, sinks, causal, window):
@@ -114,7 +88,7 @@ def _ref64(q, k, v, dout, sinks, causal, window):
     rep = H // k.shape[2]
     kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q, kr) * D**-0.5
-    s = s.masked_fill(~_mask(S, causal, window), float("-inf"))
+    s = s.masked_fill(~window_mask(S, causal, window, DEV), float("-inf"))
     s = torch.cat([s, sinks.reshape(1, H, 1, 1).expand(B, H, S, 1)], dim=-1)
     out = torch.einsum("bhij,bjhd->bihd", torch.softmax(s, dim=-1)[..., :-1], vr)
     lse = torch.logsumexp(s, dim=-1).detach()
@@ -134,7 +108,7 @@ def _sdpa(q, k, v, dout, sinks, causal, window):
     pad = torch.zeros(B, n_keys - S, H, D, dtype=q.dtype, device=DEV)
     kx, vx = torch.cat([kr, pad], dim=1), torch.cat([vr, pad], dim=1)
     bias = torch.full((H, S, n_keys), float("-inf"), dtype=torch.float32, device=DEV)
-    bias[:, :, :S] = torch.where(_mask(S, causal, window), 0.0, float("-inf"))
+    bias[:, :, :S] = torch.where(window_mask(S, causal, window, DEV), 0.0, float("-inf"))
     bias[:, :, S] = sinks.reshape(H, 1)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2), kx.transpose(1, 2), vx.transpose(1, 2),
@@ -159,8 +133,8 @@ def _fold(q, k, v, dout, sinks, causal, window, cu=None):
 
 
 def _case(dtype, B, S, H, Hkv, D, seed):
-    return (_randn((B, S, H, D), dtype, seed), _randn((B, S, Hkv, D), dtype, seed + 1),
-            _randn((B, S, Hkv, D), dtype, seed + 2), _randn((B, S, H, D), dtype, seed + 3))
+    return (randn_on((B, S, H, D), dtype, seed), randn_on((B, S, Hkv, D), dtype, seed + 1),
+            randn_on((B, S, Hkv, D), dtype, seed + 2), randn_on((B, S, H, D), dtype, seed + 3))
 
 
 def _cu(lengths):
@@ -211,23 +185,23 @@ def test_sinks_invariances(D, causal, window):
     alone = _fold(*one, sinks, causal, window)
     again = _fold(*one, sinks, causal, window)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv", "dsinks"), alone, again):
-        _assert_bits(a, b, f"repeat {name}")
+        assert_bitwise_equal(a, b, f"repeat {name}")
     batch = [x.clone() for x in _case(dtype, 3, S, H, Hkv, D, 30)]
     for x, y in zip(batch, one):
         x[1] = y[0]
     res = _fold(*batch, sinks, causal, window)
     # (d sinks sums over every row of the batch: not a request's own.)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), alone[:5], res[:5]):
-        _assert_bits(a[0], b[1], f"dense batch {name}")
+        assert_bitwise_equal(a[0], b[1], f"dense batch {name}")
     lengths = [13, S, 250]
     T = sum(lengths)
-    packed = [_randn((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
+    packed = [randn_on((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[13:13 + S] = y[0]
     res = _fold(*packed, sinks, causal, window, _cu(lengths))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:5], res[:1] + res[2:5]):
-        _assert_bits(a[0], b[13:13 + S], f"packed {name}")
-    _assert_bits(alone[1][0], res[1][:, 13:13 + S], "packed lse")
+        assert_bitwise_equal(a[0], b[13:13 + S], f"packed {name}")
+    assert_bitwise_equal(alone[1][0], res[1][:, 13:13 + S], "packed lse")
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -245,7 +219,7 @@ def test_a_sink_of_minus_inf_gives_the_plain_result(D):
         same = []
         for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), plain[:5], minf[:5]):
             assert _rel(b, a, 1e-30) < 1e-2, f"{causal} {window} {name}"
-            same.append(bool(torch.equal(_bits(a), _bits(b))))
+            same.append(bool(torch.equal(bits(a), bits(b))))
         assert torch.equal(minf[5], torch.zeros_like(minf[5])), "dsinks of -inf sinks"
         print(f"D {D} causal {causal} window {window}: bits equal {same}")
 
@@ -271,7 +245,7 @@ def test_sinks_settings_keep_bits(D, monkeypatch):
             got = _fold(*args, sinks, causal, window)
             monkeypatch.delenv(var)
             for name, a, b in zip(("out", "lse", "dq", "dk", "dv", "dsinks"), got, ref):
-                _assert_bits(a, b, f"{causal} {window} {var}={value} {name}")
+                assert_bitwise_equal(a, b, f"{causal} {window} {var}={value} {name}")
 
 
 @pytest.mark.parametrize("window", [(-1, -1), (40, -1)])
@@ -280,9 +254,9 @@ def test_forward_v0_layout_applies_the_sinks(window):
     v0 forward: it applies the sinks too (close to the same inputs made contiguous, which run
     v1.2)."""
     D, S, H = 64, 300, 2
-    q = _randn((1, S, H, D), torch.bfloat16, 70)
-    k = _randn((1, 1, H, D), torch.bfloat16, 71).expand(1, S, H, D)
-    v = _randn((1, S, H, D), torch.bfloat16, 72)
+    q = randn_on((1, S, H, D), torch.bfloat16, 70)
+    k = randn_on((1, 1, H, D), torch.bfloat16, 71).expand(1, S, H, D)
+    v = randn_on((1, S, H, D), torch.bfloat16, 72)
     sinks = _sinks(H, 73)
     out, lse = fa.fold_attn_func(q, k, v, causal=True, window_size=window, sinks=sinks,
                                  return_lse=True)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from helpers import gpu_ready
+from helpers import assert_bitwise_equal, bits, gpu_ready, randn_on, window_mask
 
 _READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
@@ -47,21 +47,7 @@ def _time_limit():
     faulthandler.cancel_dump_traceback_later()
 
 
-def _randn(shape, dtype, seed, scale=1.0):
-    g = torch.Generator(device=DEV)
-    g.manual_seed(seed)
-    return (torch.randn(shape, generator=g, device=DEV, dtype=torch.float32) * scale).to(dtype)
 
-
-def _bits(x):
-    return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32)
-
-
-def _assert_bits(a, b, what):
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    if not torch.equal(_bits(a), _bits(b)):
-        n = (_bits(a) != _bits(b)).sum().item()
-        raise AssertionError(f"{what}: {n} of {a.numel()} elements differ in their bits")
 
 
 def _rel(x, ref, floor):
@@ -69,25 +55,13 @@ def _rel(x, ref, floor):
     return (x.double() - ref).norm().item() / max(ref.norm().item(), floor)
 
 
-def _mask(S, causal, window):
-    i = torch.arange(S, device=DEV).unsqueeze(1)
-    j = torch.arange(S, device=DEV).unsqueeze(0)
-    keep = torch.ones(S, S, dtype=torch.bool, device=DEV)
-    if causal:
-        keep &= j <= i
-    if window[0] >= 0:
-        keep &= j >= i - window[0]
-    if window[1] >= 0:
-        keep &= j <= i + window[1]
-    return keep
-
 
 def _ref64(q, k, v, dout, causal, window):
     q, k, v = (x.detach().double().requires_grad_(True) for x in (q, k, v))
     rep = q.shape[2] // k.shape[2]
     kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q, kr) * q.shape[-1] ** -0.5
-    s = s.masked_fill(~_mask(q.shape[1], causal, window), float("-inf"))
+    s = s.masked_fill(~window_mask(q.shape[1], causal, window, DEV), float("-inf"))
     out = torch.einsum("bhij,bjhd->bihd", torch.softmax(s, dim=-1), vr)
     out.backward(dout.double())
     return out.detach(), q.grad, k.grad, v.grad
@@ -99,7 +73,7 @@ def _sdpa(q, k, v, dout, causal, window):
     kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2),
-        attn_mask=_mask(q.shape[1], causal, window),
+        attn_mask=window_mask(q.shape[1], causal, window, DEV),
     ).transpose(1, 2)
     out.backward(dout)
     return out.detach(), q.grad, k.grad, v.grad
@@ -117,8 +91,8 @@ def _fold(q, k, v, dout, causal, window, cu=None):
 
 
 def _case(dtype, B, S, H, Hkv, D, seed):
-    return (_randn((B, S, H, D), dtype, seed), _randn((B, S, Hkv, D), dtype, seed + 1),
-            _randn((B, S, Hkv, D), dtype, seed + 2), _randn((B, S, H, D), dtype, seed + 3))
+    return (randn_on((B, S, H, D), dtype, seed), randn_on((B, S, Hkv, D), dtype, seed + 1),
+            randn_on((B, S, Hkv, D), dtype, seed + 2), randn_on((B, S, H, D), dtype, seed + 3))
 
 
 def _cu(lengths):
@@ -145,7 +119,7 @@ def test_window_accuracy_dense(dtype, D, causal, window):
     rep = H // Hkv
     s = torch.einsum("bihd,bjhd->bhij", args[0].double(),
                      args[1].double().repeat_interleave(rep, 2)) * D**-0.5
-    s = s.masked_fill(~_mask(S, causal, window), float("-inf"))
+    s = s.masked_fill(~window_mask(S, causal, window, DEV), float("-inf"))
     assert torch.allclose(got[1].double(), torch.logsumexp(s, -1), atol=1e-3, rtol=0)
 
 
@@ -158,22 +132,22 @@ def test_window_invariances(D, causal, window):
     alone = _fold(*one, causal, window)
     again = _fold(*one, causal, window)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), alone, again):
-        _assert_bits(a, b, f"repeat {name}")
+        assert_bitwise_equal(a, b, f"repeat {name}")
     batch = [x.clone() for x in _case(dtype, 3, S, H, Hkv, D, 30)]
     for x, y in zip(batch, one):
         x[1] = y[0]
     res = _fold(*batch, causal, window)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), alone, res):
-        _assert_bits(a[0], b[1], f"dense batch {name}")
+        assert_bitwise_equal(a[0], b[1], f"dense batch {name}")
     lengths = [13, S, 250]
     T = sum(lengths)
-    packed = [_randn((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
+    packed = [randn_on((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[13:13 + S] = y[0]
     res = _fold(*packed, causal, window, _cu(lengths))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:], res[:1] + res[2:]):
-        _assert_bits(a[0], b[13:13 + S], f"packed {name}")
-    _assert_bits(alone[1][0], res[1][:, 13:13 + S], "packed lse")
+        assert_bitwise_equal(a[0], b[13:13 + S], f"packed {name}")
+    assert_bitwise_equal(alone[1][0], res[1][:, 13:13 + S], "packed lse")
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -189,7 +163,7 @@ def test_a_window_that_masks_nothing_gives_the_plain_result(D):
         same = []
         for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), plain, wide):
             assert _rel(b, a, 1e-30) < 1e-2, f"{causal} {window} {name}"
-            same.append(bool(torch.equal(_bits(a), _bits(b))))
+            same.append(bool(torch.equal(bits(a), bits(b))))
         print(f"D {D} causal {causal} window {window}: bits equal {same}")
 
 
@@ -214,7 +188,7 @@ def test_window_forms_and_schedules_keep_bits(D, monkeypatch):
         got = _fold(*args, causal, window)
         monkeypatch.delenv(var)
         for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, ref):
-            _assert_bits(a, b, f"{var}={value} {name}")
+            assert_bitwise_equal(a, b, f"{var}={value} {name}")
 
 
 @pytest.mark.parametrize("D", DIMS)
@@ -234,9 +208,9 @@ def test_forward_v0_layout_applies_the_window():
     """A view TMA cannot describe (k with token stride 0: every token the same key) runs the
     v0 forward: it applies the window too (within the bar of the same inputs made contiguous)."""
     D, S = 64, 300
-    q = _randn((1, S, 2, D), torch.bfloat16, 70)
-    k = _randn((1, 1, 2, D), torch.bfloat16, 71).expand(1, S, 2, D)
-    v = _randn((1, S, 2, D), torch.bfloat16, 72)
+    q = randn_on((1, S, 2, D), torch.bfloat16, 70)
+    k = randn_on((1, 1, 2, D), torch.bfloat16, 71).expand(1, S, 2, D)
+    v = randn_on((1, S, 2, D), torch.bfloat16, 72)
     window = (40, -1)
     out = fa.fold_attn_func(q, k, v, causal=True, window_size=window)
     ref = fa.fold_attn_func(q, k.contiguous(), v, causal=True, window_size=window)
@@ -261,9 +235,9 @@ def test_request_alone_equals_request_beside_a_longer_one():
     one = [x[0] for x in _case(dtype, 1, L, H, Hkv, D, 95)]
     alone = _fold(*one, True, window, _cu([L]))
     lengths = [1000, L]
-    packed = [_randn((sum(lengths),) + x.shape[1:], dtype, 96 + i) for i, x in enumerate(one)]
+    packed = [randn_on((sum(lengths),) + x.shape[1:], dtype, 96 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[1000:] = y
     res = _fold(*packed, True, window, _cu(lengths))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:], res[:1] + res[2:]):
-        _assert_bits(a, b[1000:], f"beside a longer one {name}")
+        assert_bitwise_equal(a, b[1000:], f"beside a longer one {name}")
