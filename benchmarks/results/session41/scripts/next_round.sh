@@ -21,6 +21,8 @@ step gen_reversed 90 env FOLD_ATTENTION_LIBRARY=$M FOLD_GENERATE_LAYERS=27,14,2 
   python3 -m benchmarks.generate --quick --out "$LOGS/gen_reversed"
 step eager_profile 60 env FOLD_ATTENTION_LIBRARY=$M python3 scripts/decode_eager_step.py --profile \
   --shapes "1,1983,9,3,64" --steps 64 --rounds 3
+step gpu_tests_refactored 150 env FOLD_ATTENTION_LIBRARY=$M python3 -m pytest -q -m gpu \
+  tests/python/test_gpu_window.py tests/python/test_gpu_sinks.py
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 cat "$LOGS/dec_window.log" "$LOGS/win_kernels.log"
@@ -35,3 +37,4 @@ except OSError as e:
     print(e)
 PY
 tail -24 "$LOGS/eager_profile.log"
+tail -5 "$LOGS/gpu_tests_refactored.log"
