@@ -8,8 +8,10 @@ a windowed step costs (the windowed step runs the plain split kernel, not the ri
     python3 scripts/time_decode_window.py     (needs a GPU and a CUDA build)
     FOLD_DECODE_WINDOW_CASES="B,L,H,Hkv,D,W;..."   (default below: gpt-oss's 128-key window at
                                                     D 64 H 64/8, Mistral's 4096 at D 128 H 32/8)
+    --kernels: also each kernel's device time per windowed step (torch.profiler over eager steps)
 """
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +61,14 @@ def main():
             sdpa = graphed_median(lambda: F.scaled_dot_product_attention(qs, kw, vw, enable_gqa=True))
             print(f"{B:>3} {L:>6} {H:>3} {Hkv:>3} {D:>4} {W:>5} {str(depth):>5} | {plain:8.1f} {win:8.1f}"
                   f" {both:8.1f} {sdpa:8.1f} | {B * Hkv * W / win:8.1f}", flush=True)
+            if "--kernels" in sys.argv:
+                from backward_kernel_times import kernel_times  # scripts/ is on sys.path
+                for label, extra in (("plain", {}), ("window", {"window_size": (W - 1, 0)})):
+                    per = kernel_times(lambda: decode_step_cuda(cache, q, None, None, out, lse,
+                                                                **extra), 20)
+                    print(f"    {label} kernels {sum(per.values()):6.1f} us: " + ", ".join(
+                        f"{n} {t:.1f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:6]),
+                        flush=True)
             del cache
             torch.cuda.empty_cache()
 

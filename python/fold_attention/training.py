@@ -363,13 +363,94 @@ def _refuse_forward_ad(fn: str, *tensors) -> None:  # q, k, v[, sinks]
             )
 
 
+# ---- the eager path ------------------------------------------------------------------------
+# An eager call (no torch.compile tracing, no functorch transform, no dispatch or function mode,
+# plain tensors) runs the same _forward / _backward through a torch.autograd.Function instead of
+# the custom ops' Python dispatch, which cost the eager call more host time than everything else
+# in it (the op's default filling, redispatch and its own re-validation of a call the public
+# function has validated already). The kernels, their arguments and so the bits are the ops';
+# only the host's route to them differs. FOLD_EAGER_AUTOGRAD=0 (read per call) takes the ops'
+# route always (A/B runs, tests).
+
+
+class _EagerAttention(torch.autograd.Function):
+    """out, lse = apply(q, k, v, sinks, spec, train): the ops' forward (fwd, or fwd_train when
+    `train`) and _fwd_backward's backward, called directly. The same tensors are saved as by the
+    ops' autograd (q, k, v as passed: the layout copy, where one is needed, is made again in the
+    backward, as bwd does)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, spec, train):
+        layout = _cuda_layout if train else _layout_for(spec.device)
+        out, lse, bounds = _forward(spec, *(layout(x, spec.varlen) for x in (q, k, v)),
+                                    kv_bounds=train, sinks=sinks)
+        ctx.save_for_backward(q, k, v, out, lse, bounds, sinks)
+        ctx.spec = spec
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # (no zeros made for the LSE's absent gradient)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        with torch.no_grad():
+            grads = _EagerAttention._grads(ctx, dout)
+        if not torch.is_grad_enabled():
+            return grads
+        # create_graph=True: the gradients depend on q, k, v, but the backward has no derivative
+        # of its own. As with the ops (bwd has no autograd formula), differentiating them again
+        # raises, rather than treating them as constants (torch's once_differentiable does the
+        # same, but only where a gradient output requires grad).
+        refuse = torch._C._functions.DelayedError(
+            b"fold_attention: the attention's gradients cannot be differentiated again (no "
+            b"double backward)", len(grads))
+        return refuse(*[None if g is None else g.detach().requires_grad_(True) for g in grads])
+
+    @staticmethod
+    def _grads(ctx, dout):
+        q, k, v, out, lse, bounds, sinks = ctx.saved_tensors
+        spec = ctx.spec
+        if dout is None:
+            dout = torch.zeros_like(out)
+        layout = _layout_for(spec.device)
+        dq, dk, dv = _backward(spec, *(layout(x, spec.varlen) for x in (q, k, v, out, dout)),
+                               lse, bounds if spec.device.type == "cuda" else None)
+        need = ctx.needs_input_grad
+        dsinks = _sinks_grad(sinks, out, dout, lse) if need[3] else None
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dsinks,
+                None, None)
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _eager(*tensors) -> bool:
+    """Whether a call on these tensors (None skipped) may take _EagerAttention: not while
+    torch.compile traces, under a functorch transform (vmap, grad, ...), a torch function or
+    dispatch mode (fake tensors, make_fx, torch.device(...)) or with tensor subclasses, where
+    the custom ops' registrations (fake kernels, autograd) are what makes the call traceable or
+    refused cleanly; and not with FOLD_EAGER_AUTOGRAD=0."""
+    if torch.compiler.is_compiling() or os.environ.get("FOLD_EAGER_AUTOGRAD") == "0":
+        return False
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return False
+    for x in tensors:
+        if x is not None and (type(x) not in _PLAIN_TENSORS
+                              or torch._C._functorch.is_functorch_wrapped_tensor(x)):
+            return False
+    return True
+
+
 def _run(spec: AttnSpec, q, k, v, return_lse: bool, fn: str, sinks=None):
     _require_backend(spec, fn)
     _refuse_forward_ad(fn, q, k, v, sinks)
-    op = _fwd_train_op if _train_forward(spec, q, k, v) else _fwd_op
-    out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
-                  spec.causal, spec.softmax_scale, spec.window_before, spec.window_after,
-                  sinks)[:2]
+    train = _train_forward(spec, q, k, v)
+    if _eager(q, k, v, sinks):
+        out, lse = _EagerAttention.apply(q, k, v, sinks, spec, train)
+    else:
+        op = _fwd_train_op if train else _fwd_op
+        out, lse = op(q, k, v, spec.cu_seqlens if spec.varlen else None, spec.seqlen,
+                      spec.causal, spec.softmax_scale, spec.window_before, spec.window_after,
+                      sinks)[:2]
     if not return_lse:
         return out
     if not spec.varlen:

@@ -1,0 +1,94 @@
+"""The eager route of the training calls (training.py's _EagerAttention) against the custom ops'
+route (FOLD_EAGER_AUTOGRAD=0): the same bits forward and backward (sinks' gradient included),
+which route a call takes, and the errors both give (double backward). CPU reference here; on
+CUDA the GPU training tests run the eager route and test_torch_compile the ops'."""
+
+import pytest
+import torch
+
+import fold_attention as fa
+from helpers import assert_bitwise_equal, make_dense, make_varlen
+
+
+@pytest.fixture
+def route(monkeypatch):
+    def set_route(name):
+        monkeypatch.setenv("FOLD_EAGER_AUTOGRAD", "1" if name == "fn" else "0")
+    return set_route
+
+
+def _grads(call, inputs, dout):
+    out = call()
+    return (out, *torch.autograd.grad(out, inputs, dout))
+
+
+CASES = [  # (dtype, causal, window, sinks, H, Hkv)
+    (torch.bfloat16, True, (-1, -1), False, 4, 2),
+    (torch.float32, False, (-1, -1), False, 2, 2),
+    (torch.float16, True, (5, 0), True, 4, 1),
+    (torch.float32, False, (3, 2), True, 6, 3),
+]
+
+
+@pytest.mark.parametrize("dtype,causal,window,with_sinks,H,Hkv", CASES)
+def test_dense_routes_give_the_same_bits(route, dtype, causal, window, with_sinks, H, Hkv):
+    q, k, v, dout = make_dense(2, 37, H, Hkv, 64, dtype, seed=3)
+    sinks = torch.randn(H, generator=torch.Generator().manual_seed(5)) if with_sinks else None
+    inputs = [x.requires_grad_(True) for x in (q, k, v)] + ([sinks.requires_grad_(True)]
+                                                            if with_sinks else [])
+    results = {}
+    for name in ("fn", "ops"):
+        route(name)
+        results[name] = _grads(lambda: fa.fold_attn_func(q, k, v, causal=causal, window_size=window,
+                                                         sinks=sinks), inputs, dout)
+    for what, a, b in zip(("out", "dq", "dk", "dv", "dsinks"), results["fn"], results["ops"]):
+        assert_bitwise_equal(a, b, what)
+
+
+def test_varlen_routes_give_the_same_bits_and_lse(route):
+    lengths = [5, 0, 33, 17]
+    q, k, v, dout, cu = make_varlen(lengths, 4, 2, 64, torch.bfloat16, seed=7)
+    inputs = [x.requires_grad_(True) for x in (q, k, v)]
+    results = {}
+    for name in ("fn", "ops"):
+        route(name)
+        out, lse = fa.fold_attn_varlen_func(q, k, v, cu, causal=True, window_size=(8, 0),
+                                            return_lse=True)
+        results[name] = (out, lse, *torch.autograd.grad(out, inputs, dout))
+        assert not lse.requires_grad
+    for what, a, b in zip(("out", "lse", "dq", "dk", "dv"), results["fn"], results["ops"]):
+        assert_bitwise_equal(a, b, what)
+
+
+def test_the_route_taken(route):
+    q, k, v = (x.requires_grad_(True) for x in make_dense(1, 8, 2, 2, 64, torch.float32)[:3])
+    route("fn")
+    assert "EagerAttention" in type(fa.fold_attn_func(q, k, v).grad_fn).__name__
+    # A torch function mode (here torch.device's) is a trace the custom ops serve: their route.
+    with torch.device("cpu"):
+        assert "fold_attention" in type(fa.fold_attn_func(q, k, v).grad_fn).__name__
+    route("ops")
+    assert "fold_attention" in type(fa.fold_attn_func(q, k, v).grad_fn).__name__
+
+
+def test_an_unused_output_gives_zero_gradients(route):
+    """Only the LSE reaches the loss (it is not differentiable), or nothing: the backward gets
+    no gradient for out and must give zeros or nothing, never fail."""
+    q, k, v = (x.requires_grad_(True) for x in make_dense(1, 8, 2, 2, 64, torch.float32)[:3])
+    for name in ("fn", "ops"):
+        route(name)
+        out, lse = fa.fold_attn_func(q, k, v, causal=True, return_lse=True)
+        (out.sum() * 0 + lse.sum()).backward()
+        assert q.grad is not None and not q.grad.any()
+        q.grad = k.grad = v.grad = None
+
+
+@pytest.mark.parametrize("name", ["fn", "ops"])
+def test_double_backward_is_refused(route, name):
+    q, k, v = (x.requires_grad_(True) for x in make_dense(1, 8, 2, 2, 64, torch.float32)[:3])
+    route(name)
+    out = fa.fold_attn_func(q, k, v, causal=True)
+    dq, = torch.autograd.grad(out.square().sum(), (q,), create_graph=True)
+    assert dq.requires_grad  # (a constant here would drop the second-order term silently)
+    with pytest.raises(RuntimeError):
+        (dq.sum() + q.sum()).backward()
