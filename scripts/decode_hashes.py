@@ -4,12 +4,14 @@ change that must keep the bits (a schedule, a fast path) does. Each line: the ca
 sha256 prefix of the output's and the LSE's bytes.
 
 python scripts/decode_hashes.py [--depths none,16] [--quick] [--device cpu] [--repeat N] [--v8]
+                                [--window W] [--sinks]
 
 Cases: head dims 64 / 128, group sizes 1, 3, 4, 8 (the dense ring's one-row-block instance) and
 16 (two row blocks), bf16 and fp16, ragged lengths with partial last chunks and splits (1, 63,
 64, 65, 511, 513, 1000, 2100, 4099 keys), the default cache sizes. --repeat N: the lengths N
 times over (a batch of 9 N requests: N >= 15 gives every shape more groups than an H200 has SMs,
-the launchers' large-batch forms). --v8: caches with V in two E4M3 planes. Needs a GPU and a CUDA build
+the launchers' large-batch forms). --v8: caches with V in two E4M3 planes. --window W: steps with a
+sliding window of W keys (window_size=(W - 1, 0)); --sinks: with attention sinks (fixed values). Needs a GPU and a CUDA build
 (of session 21 or later: the package's eager step calls the library's precheck entry point, so an
 older library cannot be compared through it).
 """
@@ -33,6 +35,8 @@ DEPTHS = [None if d == "none" else float(d) for d in arg("--depths", "none").spl
 LENGTHS = [1, 63, 64, 65, 511, 513, 1000, 2100, 4099] * int(arg("--repeat", "1"))
 dev = torch.device(arg("--device", "cuda"))
 V8 = "--v8" in sys.argv
+WINDOW = int(arg("--window", "0"))
+SINKS = "--sinks" in sys.argv
 
 
 def main():
@@ -46,10 +50,16 @@ def main():
             q, k, v = synth(B, Hkv, G, D, Lmax, seed=7 + D + G, dtype=dtype)
             for depth in DEPTHS:
                 cache = filled_cache(k.to(dev), v.to(dev), LENGTHS, Hkv * G, depth=depth, device=dev, v8=V8)
-                out, lse = fa.fold_attn_with_kvcache(q.to(dev), cache, return_lse=True)
+                extra = {}
+                if WINDOW:
+                    extra["window_size"] = (WINDOW - 1, 0)
+                if SINKS:
+                    g = torch.Generator().manual_seed(D + G)
+                    extra["sinks"] = (torch.randn(Hkv * G, generator=g) * 2).to(dev)
+                out, lse = fa.fold_attn_with_kvcache(q.to(dev), cache, return_lse=True, **extra)
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-                name = f"D{D} H{Hkv * G}/{Hkv} {str(dtype).split('.')[-1]} depth={depth}{' v8' if V8 else ''}"
+                name = f"D{D} H{Hkv * G}/{Hkv} {str(dtype).split('.')[-1]} depth={depth}{' v8' if V8 else ''}{f' W{WINDOW}' if WINDOW else ''}{' sinks' if SINKS else ''}"
                 print(f"{name:40s} out {digest(out)} lse {digest(lse)}", flush=True)
 
 
