@@ -7,7 +7,7 @@ and for SDPA (its flash backend) as torch's own C++ op:
            device when the host is slower);
   stream   back-to-back calls between two events, per call (max(host, device) per call: what a
            training step with a full launch queue sees).
-Then the top of a cProfile of the forward + backward on the default route.
+Then the top of a cProfile of the forward + backward on the eager route.
 
     python3 scripts/time_host.py      (needs a GPU; FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: causal)
 """
@@ -97,6 +97,7 @@ def main():
     q, k, v = (torch.randn(B, S, h, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for h in (H, Hkv, Hkv))
     dout = torch.randn_like(q)
+    os.environ["FOLD_EAGER_AUTOGRAD"] = "1"
     prof = cProfile.Profile()
     for i in range(250):
         if i == 50:
@@ -106,7 +107,7 @@ def main():
     torch.cuda.synchronize()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
-    print("cProfile, 200 forward + backward, first shape, default route:")
+    print("cProfile, 200 forward + backward, first shape, eager route:")
     print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[-2400:])
 
 

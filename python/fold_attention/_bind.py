@@ -34,6 +34,33 @@ _P_FLOAT = ctypes.POINTER(ctypes.c_float)
 _P_INT32 = ctypes.POINTER(ctypes.c_int32)
 
 
+def _strides_of(shape, stride, varlen: bool) -> tuple[int, int, int]:
+    """_abi_strides from x.shape and x.stride(), each read once (the calls cost host time on
+    every attention call)."""
+    d, heads, tokens = shape[-1], shape[-2], shape[-3]
+    head_stride = stride[-2] if heads > 1 else d
+    token_stride = stride[-3] if tokens > 1 else (heads - 1) * head_stride + d
+    if varlen:
+        return 0, token_stride, head_stride
+    batch_stride = stride[0] if shape[0] > 1 else tokens * token_stride
+    return batch_stride, token_stride, head_stride
+
+
+def _accepts(shape, stride, strides, varlen: bool) -> bool:
+    """_abi_accepts from the shape, the stride and _strides_of's result."""
+    d, heads = shape[-1], shape[-2]
+    if d > 1 and stride[-1] != 1:
+        return False
+    batch_stride, token_stride, head_stride = strides
+    if heads > 1 and head_stride < d:
+        return False
+    if token_stride < (heads - 1) * head_stride + d:
+        return False
+    if not varlen and shape[0] > 1 and batch_stride < shape[1] * token_stride:
+        return False
+    return True
+
+
 def _abi_strides(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     """(batch_stride, token_stride, head_stride) of a [B, S, heads, D] / [T, heads, D] view.
 
@@ -41,19 +68,7 @@ def _abi_strides(x: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     report any value); it is replaced by the value a tightly packed tensor would have, so
     that it cannot trip the library's layout checks.
     """
-    d = x.shape[-1]
-    heads, head_stride = x.shape[-2], x.stride(-2)
-    if heads <= 1:
-        head_stride = d
-    tokens, token_stride = x.shape[-3], x.stride(-3)
-    if tokens <= 1:
-        token_stride = (heads - 1) * head_stride + d
-    if varlen:
-        return 0, token_stride, head_stride
-    batch, batch_stride = x.shape[0], x.stride(0)
-    if batch <= 1:
-        batch_stride = tokens * token_stride
-    return batch_stride, token_stride, head_stride
+    return _strides_of(x.shape, x.stride(), varlen)
 
 
 def _abi_accepts(x: torch.Tensor, varlen: bool) -> bool:
@@ -64,18 +79,8 @@ def _abi_accepts(x: torch.Tensor, varlen: bool) -> bool:
     layout, padded or sliced as one likes). Other layouts (head-major storage, expanded
     views with a zero stride) are copied.
     """
-    d = x.shape[-1]
-    if d > 1 and x.stride(-1) != 1:
-        return False
-    batch_stride, token_stride, head_stride = _abi_strides(x, varlen)
-    heads = x.shape[-2]
-    if heads > 1 and head_stride < d:
-        return False
-    if token_stride < (heads - 1) * head_stride + d:
-        return False
-    if not varlen and x.shape[0] > 1 and batch_stride < x.shape[1] * token_stride:
-        return False
-    return True
+    shape, stride = x.shape, x.stride()
+    return _accepts(shape, stride, _strides_of(shape, stride, varlen), varlen)
 
 
 def abi_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
@@ -87,9 +92,11 @@ def abi_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
 
 def fold_tensor(x: torch.Tensor, varlen: bool) -> FoldTensor:
     """A fold_tensor_t over a [B, S, heads, D] (dense) or [T, heads, D] (varlen) tensor."""
-    assert x.numel() == 0 or _abi_accepts(x, varlen), "layout must pass abi_layout first"
-    batch_stride, token_stride, head_stride = _abi_strides(x, varlen)
-    return FoldTensor(x.data_ptr(), batch_stride, token_stride, head_stride)
+    shape, stride = x.shape, x.stride()
+    strides = _strides_of(shape, stride, varlen)
+    if not _accepts(shape, stride, strides, varlen) and x.numel() != 0:
+        raise AssertionError("layout must pass abi_layout first")
+    return FoldTensor(x.data_ptr(), *strides)
 
 
 def float_ptr(x: torch.Tensor):

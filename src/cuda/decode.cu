@@ -1982,13 +1982,7 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
         combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }
   } else {
-    // EXT with a window: the grid covers the splits a window can touch (launch_decode), counted
-    // from the split of the request's first window key (the splits before it add nothing).
-    int s = static_cast<int>(blockIdx.x);
-    if constexpr (EXT)
-      if (p.window_before > 0)
-        s += window_first(c.lengths[blockIdx.z], p.window_before) / kSplitKeys;
-    split_item<NP, MMA, EXT>(c, p, ws, pass, stats, s, blockIdx.y, blockIdx.z);
+    split_item<NP, MMA, EXT>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
   }
   pdl_trigger();
 }
@@ -3561,15 +3555,6 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
   set_max_dynamic_smem(reinterpret_cast<const void *>(combine1), static_cast<int>(combine_smem),
                        "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
-  // A windowed step's plain split: only the splits a window of w keys can touch, at most
-  // (w - 1) / kSplitKeys + 2 of them (decode_split_kernel counts them from the window's first
-  // split), not the capacity's: a narrow window at a large batch otherwise launched thousands of
-  // blocks that return at once. Scheduling only: each split computes what it did.
-  const dim3 win_grid(
-      win ? static_cast<unsigned>(std::min<int64_t>(
-                w.splits, (static_cast<int64_t>(p.window_before) - 1) / kSplitKeys + 2))
-          : w.splits,
-      c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
   if (ring && stages == 4 && !stages_forced) {
@@ -3690,8 +3675,8 @@ void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_
     launch_k(split2_k, split_grid, dim3(kThreads), smem2, stream, pdl,
              "decode_split2_kernel launch", c, p, ws, stats, lengths);
   else
-    launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,
-             ws, out, lse, 0, stats, 0);
+    launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
+             p, ws, out, lse, 0, stats, 0);
   // Pass 0's combine (the guard's flags).
   if (ept2)
     launch_k(combine2, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,

@@ -1,5 +1,5 @@
 """The eager route of the training calls (training.py's _EagerAttention) against the custom ops'
-route (FOLD_EAGER_AUTOGRAD=0): the same bits forward and backward (sinks' gradient included),
+route (FOLD_EAGER_AUTOGRAD=1 against unset, the default until the eager route's GPU run): the same bits forward and backward (sinks' gradient included),
 which route a call takes, and the errors both give (double backward). CPU reference here; on
 CUDA the GPU training tests run the eager route and test_torch_compile the ops'."""
 
@@ -13,7 +13,10 @@ from helpers import assert_bitwise_equal, make_dense, make_varlen
 @pytest.fixture
 def route(monkeypatch):
     def set_route(name):
-        monkeypatch.setenv("FOLD_EAGER_AUTOGRAD", "1" if name == "fn" else "0")
+        if name == "fn":
+            monkeypatch.setenv("FOLD_EAGER_AUTOGRAD", "1")
+        else:
+            monkeypatch.delenv("FOLD_EAGER_AUTOGRAD", raising=False)
     return set_route
 
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Session 42, second device call. Library m42 (main 7d16767's build: no kernel or C++ change since)
-# and x42 (m42's source + the windowed decode step's split grid over the window's splits only).
+# Prepared in session 42 (device loans paused after its first call): the next session's first
+# call. Library m42 (main 7d16767's build: no kernel or C++ change since)
+# and x42 (m42's source + session42/patches/decode-window-grid-prepared.patch: the windowed decode
+# step's split grid over the window's splits only; build it with the patch applied).
 # The Python change under test: eager training calls take an autograd.Function instead of the
-# custom ops' dispatch (training.py's _EagerAttention; FOLD_EAGER_AUTOGRAD=0 the ops' route).
+# custom ops' dispatch (training.py's _EagerAttention, FOLD_EAGER_AUTOGRAD=1; off by default until
+# this run: if it passes, the default flips).
 #   1. host time per call, both routes and SDPA (scripts/time_host.py);
 #   2. gradient hashes: eager route = ops route = session 41's (m40, round 1);
 #   3. x42: windowed decode hashes = m42's (windows of 100, 600 and 2000 keys, sinks, depth none
 #      and 16, B 135), the decode window GPU tests; both libraries' windowed step kernels;
-#   4. every GPU test on m42 (the training tests now take the eager route);
+#   4. every GPU test on m42 with the eager route on;
 #   5. narrow training windows again (events now with less host time), and their kernel split.
 # Carry [".ab"] (m42.so.xz, m42.commit, x42.so.xz, x42.commit).
 set -u
@@ -35,8 +38,8 @@ for lib in m42 x42; do
     FOLD_DECODE_WINDOW_CASES="1,8192,64,8,64,128;32,8192,64,8,64,128;32,8192,32,8,128,4096" \
     python3 scripts/time_decode_window.py --kernels
 done
-chk gpu_all 200 env FOLD_ATTENTION_LIBRARY=$M python3 -m pytest -q -m gpu -p no:logging tests/python
-step win_narrow 80 env FOLD_ATTENTION_LIBRARY=$M \
+chk gpu_all 200 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 python3 -m pytest -q -m gpu -p no:logging tests/python
+step win_narrow 80 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 \
   FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,128" python3 scripts/time_window.py --kernels
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
