@@ -9,6 +9,9 @@ count only the visible (query, key) pairs: 4 D flops per pair forward, 10 D back
     --kernels: also fold's windowed forward and backward per kernel (torch.profiler device time,
         microseconds per call) against the events' time per call, which includes the host's
         time when the call is host-bound
+    --graphed: also every arm's forward and forward + backward captured in a CUDA graph and
+        replayed (L2 flushed before each replay; no host time), printed as a second row
+        ("graphed"; backward = forward + backward - forward)
 """
 import os
 import sys
@@ -81,6 +84,23 @@ def kernel_split(q, k, v, dout, W):
               flush=True)
 
 
+def graphed_row(arms, pairs, D):
+    """TFLOP/s of each (forward, step) arm from graph replays: forward, and step - forward as
+    the backward; NaN where the capture fails (reported)."""
+    from graph_timing import graphed_median  # scripts/ is on sys.path
+
+    out = []
+    for name, fwd, step in arms:
+        try:
+            t_f = graphed_median(fwd) * 1e-6
+            t_b = graphed_median(step) * 1e-6 - t_f
+            out.append((4 * D * pairs / t_f / 1e12, 10 * D * pairs / t_b / 1e12))
+        except Exception as exc:  # (reported, not fatal)
+            print(f"  {name}: graph capture failed: {type(exc).__name__}: {str(exc)[:120]}")
+            out.append((float("nan"), float("nan")))
+    return out
+
+
 def main():
     dev, dtype = "cuda", torch.bfloat16
     print(f"{'B':>2} {'S':>6} {'H':>3} {'Hkv':>3} {'D':>4} {'W':>6} | fwd TF/s: fold-win fold-causal flex"
@@ -119,6 +139,22 @@ def main():
         fx = flex or (float("nan"), float("nan"))
         print(f"{B:>2} {S:>6} {H:>3} {Hkv:>3} {D:>4} {W:>6} | {row[0][0]:8.1f} {row[1][0]:11.1f} "
               f"{fx[0]:5.1f} | {row[0][1]:8.1f} {row[1][1]:11.1f} {fx[1]:5.1f}", flush=True)
+        if "--graphed" in sys.argv:
+            arms = []
+            for name, window in (("fold-win", (W - 1, 0)), ("fold-causal", (-1, -1))):
+                def fwd(window=window):
+                    return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
+
+                arms.append((name, fwd, lambda fwd=fwd: torch.autograd.grad(fwd(), (q, k, v), dout)))
+            pairs = [win_pairs, causal_pairs, win_pairs]
+            if flex is not None:
+                run, inputs = arm
+                d = dout.transpose(1, 2)
+                arms.append(("flex", run, lambda: torch.autograd.grad(run(), inputs, d)))
+            g = [graphed_row([a], p, D)[0] for a, p in zip(arms, pairs)]
+            gx = g[2] if len(g) > 2 else (float("nan"), float("nan"))
+            print(f"{'graphed':>24} | {g[0][0]:8.1f} {g[1][0]:11.1f} {gx[0]:5.1f} | {g[0][1]:8.1f} "
+                  f"{g[1][1]:11.1f} {gx[1]:5.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,25 @@ def test_double_backward_is_refused(route, name):
     assert dq.requires_grad  # (a constant here would drop the second-order term silently)
     with pytest.raises(RuntimeError):
         (dq.sum() + q.sum()).backward()
+
+
+def test_activation_checkpointing_gives_the_same_bits(route):
+    """torch.utils.checkpoint (non-reentrant: saved-tensor hooks) re-runs the forward in the
+    backward: both routes, with and without it, give the same gradients."""
+    from torch.utils.checkpoint import checkpoint
+
+    q, k, v, dout = make_dense(1, 21, 4, 2, 64, torch.bfloat16, seed=11)
+    inputs = [x.requires_grad_(True) for x in (q, k, v)]
+
+    def attn(q, k, v):
+        return fa.fold_attn_func(q, k, v, causal=True, window_size=(6, 0)) * 2
+
+    results = []
+    for name in ("fn", "ops"):
+        route(name)
+        results.append(_grads(lambda: attn(q, k, v), inputs, dout))
+        results.append(_grads(lambda: checkpoint(attn, q, k, v, use_reentrant=False), inputs,
+                              dout))
+    for r in results[1:]:
+        for what, a, b in zip(("out", "dq", "dk", "dv"), results[0], r):
+            assert_bitwise_equal(a, b, what)

@@ -11,7 +11,8 @@
 #   3. x42: windowed decode hashes = m42's (windows of 100, 600 and 2000 keys, sinks, depth none
 #      and 16, B 135), the decode window GPU tests; both libraries' windowed step kernels;
 #   4. every GPU test on m42 with the eager route on;
-#   5. narrow training windows again (events now with less host time), and their kernel split.
+#   5. narrow training windows again (events now with less host time), their kernel split and
+#      every arm graphed (fold against FlexAttention without either's host time).
 # Carry [".ab"] (m42.so.xz, m42.commit, x42.so.xz, x42.commit).
 set -u
 cd "$(dirname "$0")/../../../.."
@@ -40,7 +41,8 @@ for lib in m42 x42; do
 done
 chk gpu_all 200 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 python3 -m pytest -q -m gpu -p no:logging tests/python
 step win_narrow 80 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 \
-  FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,128" python3 scripts/time_window.py --kernels
+  FOLD_WINDOW_CASES="1,8192,64,8,64,128;2,8192,32,8,128,128" python3 scripts/time_window.py --kernels \
+  --graphed
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS"/gpu_all.log "$LOGS"/dec_win_tests_x.log | tail -4
