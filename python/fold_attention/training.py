@@ -318,7 +318,16 @@ def _fwd_backward(ctx, dout, *_unused):
     # else from them.
     dq, dk, dv = _bwd_op(q, k, v, out, dout, lse, cu_seqlens, *ctx.options, bounds, *ctx.window)
     need = ctx.needs_input_grad  # (one per input passed: trailing defaults are not counted)
-    dsinks = _sinks_grad(sinks, out, dout, lse) if len(need) > 9 and need[9] else None
+    dsinks = None
+    if len(need) > 9 and need[9]:
+        # Without grad: the LSE is not differentiable, so torch's derivative of this formula
+        # would miss the LSE's dependence on the sinks (a wrong second derivative, silently).
+        # Under create_graph the sinks' gradient refuses a second differentiation, as dq, dk
+        # and dv do (bwd has no autograd formula).
+        with torch.no_grad():
+            dsinks = _sinks_grad(sinks, out, dout, lse)
+        if torch.is_grad_enabled():
+            dsinks, = _NoDoubleBackward.apply(1, dsinks, sinks, out, dout)
     grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
              None, None, None, None, None, None, dsinks)
     return grads[:len(need)]
@@ -374,18 +383,36 @@ def _refuse_forward_ad(fn: str, *tensors) -> None:  # q, k, v[, sinks]
 # FOLD_EAGER_AUTOGRAD=1 (read per call) takes it, anything else the ops' route.
 
 
+class _NoDoubleBackward(torch.autograd.Function):
+    """grads = apply(n, *grads, *inputs): the first n tensors as they are, on a node that hangs
+    from `inputs` (what the gradients depend on) and raises when differentiated, as the ops'
+    bwd (no autograd formula) does: the gradients are not constants of q, k, v and the sinks,
+    and a second-order gradient taken through them must not come back as None or zero."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(g.detach() for g in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError("fold_attention: the attention's gradients cannot be differentiated "
+                           "again (no double backward)")
+
+
 class _EagerAttention(torch.autograd.Function):
     """out, lse = apply(q, k, v, sinks, spec, train): the ops' forward (fwd, or fwd_train when
     `train`) and _fwd_backward's backward, called directly. The same tensors are saved as by the
     ops' autograd (q, k, v as passed: the layout copy, where one is needed, is made again in the
-    backward, as bwd does)."""
+    backward, as bwd does; and cu_seqlens, whose version check catches an in-place change
+    between the forward and the backward)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, spec, train):
         layout = _cuda_layout if train else _layout_for(spec.device)
         out, lse, bounds = _forward(spec, *(layout(x, spec.varlen) for x in (q, k, v)),
                                     kv_bounds=train, sinks=sinks)
-        ctx.save_for_backward(q, k, v, out, lse, bounds, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, bounds, sinks,
+                              spec.cu_seqlens if spec.varlen else None)
         ctx.spec = spec
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # (no zeros made for the LSE's absent gradient)
@@ -394,31 +421,32 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         with torch.no_grad():
-            grads = _EagerAttention._grads(ctx, dout)
+            grads, inputs = _EagerAttention._grads(ctx, dout)
         if not torch.is_grad_enabled():
             return grads
-        # create_graph=True: the gradients depend on q, k, v, but the backward has no derivative
-        # of its own. As with the ops (bwd has no autograd formula), differentiating them again
-        # raises, rather than treating them as constants (torch's once_differentiable does the
-        # same, but only where a gradient output requires grad).
-        refuse = torch._C._functions.DelayedError(
-            b"fold_attention: the attention's gradients cannot be differentiated again (no "
-            b"double backward)", len(grads))
-        return refuse(*[None if g is None else g.detach().requires_grad_(True) for g in grads])
+        # create_graph=True: the gradients depend on q, k, v (and the sinks, and dout), but the
+        # backward has no derivative of its own; differentiating them again raises.
+        given = [g for g in grads if g is not None]
+        refused = iter(_NoDoubleBackward.apply(len(given), *given,
+                                               *[x for x in inputs if x is not None]))
+        return tuple(None if g is None else next(refused) for g in grads)
 
     @staticmethod
     def _grads(ctx, dout):
-        q, k, v, out, lse, bounds, sinks = ctx.saved_tensors
+        q, k, v, out, lse, bounds, sinks, _cu = ctx.saved_tensors
         spec = ctx.spec
         if dout is None:
             dout = torch.zeros_like(out)
         layout = _layout_for(spec.device)
+        # (.contiguous(): a saved-tensor hook may hand back another layout; free otherwise.)
+        lse = lse.contiguous()
+        bounds = bounds.contiguous() if bounds is not None and spec.device.type == "cuda" else None
         dq, dk, dv = _backward(spec, *(layout(x, spec.varlen) for x in (q, k, v, out, dout)),
-                               lse, bounds if spec.device.type == "cuda" else None)
+                               lse, bounds)
         need = ctx.needs_input_grad
         dsinks = _sinks_grad(sinks, out, dout, lse) if need[3] else None
-        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dsinks,
-                None, None)
+        return ((dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, dsinks,
+                 None, None), (q, k, v, sinks, dout))
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -426,13 +454,16 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 def _eager(*tensors) -> bool:
     """Whether a call on these tensors (None skipped) may take _EagerAttention: not while
-    torch.compile traces, under a functorch transform (vmap, grad, ...), a torch function or
-    dispatch mode (fake tensors, make_fx, torch.device(...)) or with tensor subclasses, where
-    the custom ops' registrations (fake kernels, autograd) are what makes the call traceable or
-    refused cleanly; and only with FOLD_EAGER_AUTOGRAD=1 (the default until its GPU run)."""
+    torch.compile or torch.jit traces, under a functorch transform (vmap, grad, ...: active, or
+    wrapping a tensor), a torch function or dispatch mode (fake tensors, make_fx, and also
+    torch.device(...) and torch.set_default_device, which therefore keep the ops' route) or with
+    tensor subclasses, where the custom ops' registrations (fake kernels, autograd) are what
+    makes the call traceable or refused cleanly; and only with FOLD_EAGER_AUTOGRAD=1 (the
+    default until its GPU run)."""
     if torch.compiler.is_compiling() or os.environ.get("FOLD_EAGER_AUTOGRAD") != "1":
         return False
-    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+    if (torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack()
+            or torch._C._are_functorch_transforms_active() or torch.jit.is_tracing()):
         return False
     for x in tensors:
         if x is not None and (type(x) not in _PLAIN_TENSORS

@@ -87,14 +87,61 @@ def test_an_unused_output_gives_zero_gradients(route):
 
 
 @pytest.mark.parametrize("name", ["fn", "ops"])
-def test_double_backward_is_refused(route, name):
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_double_backward_is_refused(route, name, how):
+    """A second-order gradient through the attention raises on both routes, whether taken by
+    backward() beside another term or by autograd.grad (never None, zero or a constant)."""
     q, k, v = (x.requires_grad_(True) for x in make_dense(1, 8, 2, 2, 64, torch.float32)[:3])
     route(name)
     out = fa.fold_attn_func(q, k, v, causal=True)
     dq, = torch.autograd.grad(out.square().sum(), (q,), create_graph=True)
-    assert dq.requires_grad  # (a constant here would drop the second-order term silently)
+    assert dq.requires_grad
     with pytest.raises(RuntimeError):
-        (dq.sum() + q.sum()).backward()
+        if how == "backward":
+            (dq.sum() + q.sum()).backward()
+        else:
+            torch.autograd.grad(dq.square().sum(), (q,), allow_unused=True)
+
+
+def test_a_functorch_transform_over_another_argument(route):
+    """torch.func.grad over a weight the attention's inputs do not carry: the eager route must
+    step aside for the ops' (an autograd.Function without setup_context cannot run under it)."""
+    q, k, v, _ = make_dense(1, 9, 2, 1, 64, torch.float32, seed=2)
+    w = torch.tensor(1.5)
+    results = []
+    for name in ("fn", "ops"):
+        route(name)
+        results.append(torch.func.grad(lambda w: (fa.fold_attn_func(q, k, v) * w).sum())(w))
+    assert_bitwise_equal(results[0], results[1], "d w")
+
+
+@pytest.mark.parametrize("name", ["fn", "ops"])
+def test_cu_seqlens_changed_in_place_before_the_backward_raises(route, name):
+    q, k, v, dout, cu = make_varlen([5, 9], 2, 2, 64, torch.float32, seed=3)
+    inputs = [x.requires_grad_(True) for x in (q, k, v)]
+    route(name)
+    out = fa.fold_attn_varlen_func(q, k, v, cu, causal=True)
+    cu[1] = 7
+    with pytest.raises(RuntimeError, match="inplace"):
+        torch.autograd.grad(out, inputs, dout)
+
+
+def test_saved_tensor_hooks_that_change_the_layout(route):
+    """A pack / unpack hook pair (activation offloading does this) that hands back 2-D saved
+    tensors transposed-and-back (non-contiguous): both routes give the same bits."""
+    q, k, v, dout = make_dense(1, 12, 4, 2, 64, torch.float32, seed=9)
+    inputs = [x.requires_grad_(True) for x in (q, k, v)]
+
+    def unpack(x):
+        return x.t().contiguous().t() if x.dim() == 2 else x
+
+    results = []
+    for name in ("fn", "ops"):
+        route(name)
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: x, unpack):
+            results.append(_grads(lambda: fa.fold_attn_func(q, k, v, causal=True), inputs, dout))
+    for what, a, b in zip(("out", "dq", "dk", "dv"), *results):
+        assert_bitwise_equal(a, b, what)
 
 
 def test_activation_checkpointing_gives_the_same_bits(route):
@@ -117,3 +164,17 @@ def test_activation_checkpointing_gives_the_same_bits(route):
     for r in results[1:]:
         for what, a, b in zip(("out", "dq", "dk", "dv"), results[0], r):
             assert_bitwise_equal(a, b, what)
+
+
+@pytest.mark.parametrize("name", ["fn", "ops"])
+def test_a_second_derivative_through_the_sinks_gradient_raises(route, name):
+    """The sinks' gradient formula reads the LSE, which is not differentiable: torch's
+    derivative of it would be wrong (it misses the LSE's dependence on the sinks), so a second
+    differentiation raises on both routes instead of returning it."""
+    q, k, v, _ = make_dense(1, 10, 2, 2, 64, torch.float32, seed=4)
+    sinks = torch.randn(2, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+    route(name)
+    out = fa.fold_attn_func(q, k, v, causal=True, sinks=sinks)
+    ds, = torch.autograd.grad(out.square().sum(), (sinks,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(ds.sum(), (sinks,), allow_unused=True)
