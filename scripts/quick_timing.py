@@ -14,11 +14,17 @@ SHAPES = [  # (B, S, H, Hkv, D): the training benchmark's shapes
 ]
 
 
+def env_cases(name, default):
+    """The integer tuples in environment variable `name` ("a,b,...;a,b,...;..."), or
+    `default` where it is unset or empty."""
+    env = os.environ.get(name, "")
+    return [tuple(int(x) for x in c.split(",")) for c in env.split(";") if c] or default
+
+
 def shapes():
     """SHAPES, or the shapes in FOLD_TIME_SHAPES ("B,S,H,Hkv,D;..."), e.g. a head dim the
     benchmark does not cover."""
-    env = os.environ.get("FOLD_TIME_SHAPES", "")
-    return [tuple(int(x) for x in s.split(",")) for s in env.split(";") if s] or SHAPES
+    return env_cases("FOLD_TIME_SHAPES", SHAPES)
 
 
 def timed(fn, iters=10, warmup=3):

@@ -10,7 +10,6 @@ a windowed step costs (the windowed step runs the plain split kernel, not the ri
                                                     D 64 H 64/8, Mistral's 4096 at D 128 H 32/8)
     --kernels: also each kernel's device time per windowed step (torch.profiler over eager steps)
 """
-import os
 import sys
 
 import torch
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 from graph_timing import graphed_median  # scripts/ is on sys.path when run as a script
+from quick_timing import env_cases
 
 CASES = [  # (B, L, H, Hkv, D, W)
     (1, 8192, 64, 8, 64, 128),
@@ -29,8 +29,7 @@ CASES = [  # (B, L, H, Hkv, D, W)
 
 
 def cases():
-    env = os.environ.get("FOLD_DECODE_WINDOW_CASES", "")
-    return [tuple(int(x) for x in c.split(",")) for c in env.split(";") if c] or CASES
+    return env_cases("FOLD_DECODE_WINDOW_CASES", CASES)
 
 
 def main():

@@ -9,7 +9,8 @@ and for SDPA (its flash backend) as torch's own C++ op:
            training step with a full launch queue sees).
 Then the top of a cProfile of the forward + backward on the eager route.
 
-    python3 scripts/time_host.py      (needs a GPU; FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: causal)
+    python3 scripts/time_host.py    (needs a GPU)
+    FOLD_HOST_CASES="B,S,H,Hkv,D,W;..."   (W 0: causal without a window)
 """
 import cProfile
 import io
@@ -21,14 +22,13 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from quick_timing import timed  # scripts/ is on sys.path when run as a script
+from quick_timing import env_cases, timed  # scripts/ is on sys.path when run as a script
 
 CASES = [(1, 128, 8, 8, 64, 0), (1, 8192, 64, 8, 64, 128), (2, 8192, 32, 8, 128, 0)]
 
 
 def cases():
-    env = os.environ.get("FOLD_HOST_CASES", "")
-    return [tuple(int(x) for x in c.split(",")) for c in env.split(";") if c] or CASES
+    return env_cases("FOLD_HOST_CASES", CASES)
 
 
 def host_us(fn, n=50):

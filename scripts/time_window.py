@@ -13,13 +13,12 @@ count only the visible (query, key) pairs: 4 D flops per pair forward, 10 D back
         replayed (L2 flushed before each replay; no host time), printed as a second row
         ("graphed"; backward = forward + backward - forward)
 """
-import os
 import sys
 
 import torch
 
 import fold_attention as fa
-from quick_timing import timed  # scripts/ is on sys.path when run as a script
+from quick_timing import env_cases, timed  # scripts/ is on sys.path when run as a script
 
 CASES = [  # (B, S, H, Hkv, D, W)
     (2, 8192, 32, 8, 128, 4096),
@@ -31,8 +30,7 @@ CASES = [  # (B, S, H, Hkv, D, W)
 
 
 def cases():
-    env = os.environ.get("FOLD_WINDOW_CASES", "")
-    return [tuple(int(x) for x in c.split(",")) for c in env.split(";") if c] or CASES
+    return env_cases("FOLD_WINDOW_CASES", CASES)
 
 
 def visible_pairs(S, W):
@@ -145,7 +143,8 @@ def main():
                 def fwd(window=window):
                     return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
 
-                arms.append((name, fwd, lambda fwd=fwd: torch.autograd.grad(fwd(), (q, k, v), dout)))
+                arms.append((name, fwd,
+                             lambda fwd=fwd: torch.autograd.grad(fwd(), (q, k, v), dout)))
             pairs = [win_pairs, causal_pairs, win_pairs]
             if flex is not None:
                 run, inputs = arm

@@ -408,7 +408,7 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, spec, train):
-        layout = _cuda_layout if train else _layout_for(spec.device)
+        layout = _layout_for(spec.device)  # (fwd_train's too: `train` is CUDA only)
         out, lse, bounds = _forward(spec, *(layout(x, spec.varlen) for x in (q, k, v)),
                                     kv_bounds=train, sinks=sinks)
         ctx.save_for_backward(q, k, v, out, lse, bounds, sinks,

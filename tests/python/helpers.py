@@ -56,6 +56,14 @@ def make_dense(B, S, H, Hkv, D, dtype, seed=0, scale=1.0):
     return q, k, v, dout
 
 
+def make_dense_on(B, S, H, Hkv, D, dtype, seed=0, device="cuda"):
+    """make_dense's q, k, v, dout drawn on `device` (randn_on: the GPU tests' inputs)."""
+    return (randn_on((B, S, H, D), dtype, seed, device=device),
+            randn_on((B, S, Hkv, D), dtype, seed + 1, device=device),
+            randn_on((B, S, Hkv, D), dtype, seed + 2, device=device),
+            randn_on((B, S, H, D), dtype, seed + 3, device=device))
+
+
 def make_varlen(lengths, H, Hkv, D, dtype, seed=0, scale=1.0):
     """q, k, v, dout and cu_seqlens for packed sequences of the given lengths."""
     total = sum(lengths)

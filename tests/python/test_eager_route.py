@@ -1,7 +1,8 @@
 """The eager route of the training calls (training.py's _EagerAttention) against the custom ops'
-route (FOLD_EAGER_AUTOGRAD=1 against unset, the default until the eager route's GPU run): the same bits forward and backward (sinks' gradient included),
-which route a call takes, and the errors both give (double backward). CPU reference here; on
-CUDA the GPU training tests run the eager route and test_torch_compile the ops'."""
+route (FOLD_EAGER_AUTOGRAD=1 against unset, the default until the eager route's GPU run): the same
+bits forward and backward (sinks' gradient included), which route a call takes, and the errors
+both give (double backward). CPU reference here; on CUDA the GPU suite runs with
+FOLD_EAGER_AUTOGRAD=1 in session42/scripts/next_round.sh."""
 
 import pytest
 import torch

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from helpers import assert_bitwise_equal, bits, gpu_ready, randn_on, window_mask
+from helpers import (assert_bitwise_equal, bits, cu_from_lengths, gpu_ready, make_dense_on,
+                     randn_on, window_mask)
 
 _READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
@@ -132,18 +133,6 @@ def _fold(q, k, v, dout, sinks, causal, window, cu=None):
     return out.detach(), lse, q.grad, k.grad, v.grad, None if s is None else s.grad
 
 
-def _case(dtype, B, S, H, Hkv, D, seed):
-    return (randn_on((B, S, H, D), dtype, seed), randn_on((B, S, Hkv, D), dtype, seed + 1),
-            randn_on((B, S, Hkv, D), dtype, seed + 2), randn_on((B, S, H, D), dtype, seed + 3))
-
-
-def _cu(lengths):
-    cu = [0]
-    for n in lengths:
-        cu.append(cu[-1] + n)
-    return torch.tensor(cu, dtype=torch.int32, device=DEV)
-
-
 @pytest.mark.parametrize("causal,window", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("D", DIMS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
@@ -151,7 +140,7 @@ def test_sinks_accuracy_dense(dtype, D, causal, window):
     # S 600: every tile size leaves a last tile with rows past the end (and, at D 64's 192-row
     # tiles, idle consumers: 600 = 3 x 192 + 24).
     B, S, H, Hkv = 2, 600, 4, 2
-    args = _case(dtype, B, S, H, Hkv, D, 1)
+    args = make_dense_on(B, S, H, Hkv, D, dtype, 1)
     sinks = _sinks(H, 5)
     got = _fold(*args, sinks, causal, window)
     ref = _ref64(*args, sinks, causal, window)
@@ -181,12 +170,12 @@ def test_sinks_invariances(D, causal, window):
     """Repeats (d sinks too), alone vs in a dense batch, alone vs packed at an offset."""
     dtype, S, H, Hkv = torch.bfloat16, 333, 8, 2
     sinks = _sinks(H, 21)
-    one = _case(dtype, 1, S, H, Hkv, D, 20)
+    one = make_dense_on(1, S, H, Hkv, D, dtype, 20)
     alone = _fold(*one, sinks, causal, window)
     again = _fold(*one, sinks, causal, window)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv", "dsinks"), alone, again):
         assert_bitwise_equal(a, b, f"repeat {name}")
-    batch = [x.clone() for x in _case(dtype, 3, S, H, Hkv, D, 30)]
+    batch = [x.clone() for x in make_dense_on(3, S, H, Hkv, D, dtype, 30)]
     for x, y in zip(batch, one):
         x[1] = y[0]
     res = _fold(*batch, sinks, causal, window)
@@ -198,7 +187,7 @@ def test_sinks_invariances(D, causal, window):
     packed = [randn_on((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[13:13 + S] = y[0]
-    res = _fold(*packed, sinks, causal, window, _cu(lengths))
+    res = _fold(*packed, sinks, causal, window, cu_from_lengths(lengths).to(DEV))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:5], res[:1] + res[2:5]):
         assert_bitwise_equal(a[0], b[13:13 + S], f"packed {name}")
     assert_bitwise_equal(alone[1][0], res[1][:, 13:13 + S], "packed lse")
@@ -211,7 +200,7 @@ def test_a_sink_of_minus_inf_gives_the_plain_result(D):
     result to within the compiled arithmetic (bits equal unless nvcc compiled the shared code
     differently around it; reported, not required), and d sinks = 0."""
     H = 4
-    args = _case(torch.bfloat16, 2, 300, H, 2, D, 40)
+    args = make_dense_on(2, 300, H, 2, D, torch.bfloat16, 40)
     none = torch.full((H,), float("-inf"), device=DEV)
     for causal, window in CASES:
         plain = _fold(*args, None, causal, window)
@@ -231,7 +220,7 @@ def test_sinks_settings_keep_bits(D, monkeypatch):
     each reading its own head's sink."""
     H = 6
     sinks = _sinks(H, 51)
-    args = _case(torch.bfloat16, 3, 500, H, 3, D, 50)
+    args = make_dense_on(3, 500, H, 3, D, torch.bfloat16, 50)
     names = ("FOLD_FWD_TRIM", "FOLD_TRAIN_KV_BOUNDS", "FOLD_FWD_KV_BOUNDS", "FOLD_FWD_CTAS")
     for name in names:
         monkeypatch.delenv(name, raising=False)
@@ -269,7 +258,7 @@ def test_forward_v0_layout_applies_the_sinks(window):
 
 
 def test_forward_ab_settings_refuse_sinks(monkeypatch):
-    args = _case(torch.bfloat16, 1, 300, 2, 2, 64, 80)
+    args = make_dense_on(1, 300, 2, 2, 64, torch.bfloat16, 80)
     sinks = _sinks(2, 81)
     for var, value in (("FOLD_FWD_VARIANT", "v1"), ("FOLD_FWD_VARIANT", "v1.1"),
                        ("FOLD_FWD_VARIANT", "v1.1-nopp"), ("FOLD_FWD_VARIANT", "v1.2-2wg"),

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 import fold_attention as fa
-from helpers import assert_bitwise_equal, bits, gpu_ready, randn_on, window_mask
+from helpers import (assert_bitwise_equal, bits, cu_from_lengths, gpu_ready, make_dense_on,
+                     randn_on, window_mask)
 
 _READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
@@ -90,24 +91,12 @@ def _fold(q, k, v, dout, causal, window, cu=None):
     return out.detach(), lse, q.grad, k.grad, v.grad
 
 
-def _case(dtype, B, S, H, Hkv, D, seed):
-    return (randn_on((B, S, H, D), dtype, seed), randn_on((B, S, Hkv, D), dtype, seed + 1),
-            randn_on((B, S, Hkv, D), dtype, seed + 2), randn_on((B, S, H, D), dtype, seed + 3))
-
-
-def _cu(lengths):
-    cu = [0]
-    for n in lengths:
-        cu.append(cu[-1] + n)
-    return torch.tensor(cu, dtype=torch.int32, device=DEV)
-
-
 @pytest.mark.parametrize("causal,window", WINDOWS, ids=WINDOW_IDS)
 @pytest.mark.parametrize("D", DIMS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_window_accuracy_dense(dtype, D, causal, window):
     B, S, H, Hkv = 2, 600, 4, 2
-    args = _case(dtype, B, S, H, Hkv, D, 1)
+    args = make_dense_on(B, S, H, Hkv, D, dtype, 1)
     got = _fold(*args, causal, window)
     ref = _ref64(*args, causal, window)
     sdpa = _sdpa(*args, causal, window)
@@ -128,12 +117,12 @@ def test_window_accuracy_dense(dtype, D, causal, window):
 def test_window_invariances(D, causal, window):
     """Repeats, alone vs in a dense batch, alone vs packed at an offset, dense vs varlen."""
     dtype, S, H, Hkv = torch.bfloat16, 333, 8, 2
-    one = _case(dtype, 1, S, H, Hkv, D, 20)
+    one = make_dense_on(1, S, H, Hkv, D, dtype, 20)
     alone = _fold(*one, causal, window)
     again = _fold(*one, causal, window)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), alone, again):
         assert_bitwise_equal(a, b, f"repeat {name}")
-    batch = [x.clone() for x in _case(dtype, 3, S, H, Hkv, D, 30)]
+    batch = [x.clone() for x in make_dense_on(3, S, H, Hkv, D, dtype, 30)]
     for x, y in zip(batch, one):
         x[1] = y[0]
     res = _fold(*batch, causal, window)
@@ -144,7 +133,7 @@ def test_window_invariances(D, causal, window):
     packed = [randn_on((T,) + x.shape[2:], dtype, 60 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[13:13 + S] = y[0]
-    res = _fold(*packed, causal, window, _cu(lengths))
+    res = _fold(*packed, causal, window, cu_from_lengths(lengths).to(DEV))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:], res[:1] + res[2:]):
         assert_bitwise_equal(a[0], b[13:13 + S], f"packed {name}")
     assert_bitwise_equal(alone[1][0], res[1][:, 13:13 + S], "packed lse")
@@ -156,7 +145,7 @@ def test_a_window_that_masks_nothing_gives_the_plain_result(D):
     depends on the arguments, never on the lengths): the same masking decisions as the plain
     call, so the same result to within the compiled arithmetic's rounding (bits equal where nvcc
     compiled both alike; reported, not required)."""
-    args = _case(torch.bfloat16, 2, 300, 4, 2, D, 40)
+    args = make_dense_on(2, 300, 4, 2, D, torch.bfloat16, 40)
     for causal, window in ((True, (299, 0)), (False, (299, 299)), (False, (400, -1))):
         plain = _fold(*args, causal, (-1, -1))
         wide = _fold(*args, causal, window)
@@ -174,7 +163,7 @@ def test_window_forms_and_schedules_keep_bits(D, monkeypatch):
     or two CTAs walk every tile, chaining tiles of different key ranges (k_first, n_kblocks)
     through one pipeline: its stage / parity counters across tiles."""
     causal, window = False, (150, 77)
-    args = _case(torch.bfloat16, 3, 500, 6, 3, D, 50)
+    args = make_dense_on(3, 500, 6, 3, D, torch.bfloat16, 50)
     for name in ("FOLD_FWD_TRIM", "FOLD_TRAIN_KV_BOUNDS", "FOLD_BWD_VARIANT", "FOLD_BWD_HB_CHUNK",
                  "FOLD_FWD_CTAS"):
         monkeypatch.delenv(name, raising=False)
@@ -195,7 +184,7 @@ def test_window_forms_and_schedules_keep_bits(D, monkeypatch):
 def test_window_backward_v0_agrees(D, monkeypatch):
     """v0's main kernel (FOLD_BWD_V0=1; the default at D 256) applies the same window: its
     gradients agree with the wgmma kernels' to well under the bar (different fp32 orders)."""
-    args = _case(torch.bfloat16, 2, 333, 8, 2, D, 90)
+    args = make_dense_on(2, 333, 8, 2, D, torch.bfloat16, 90)
     a = _fold(*args, True, (100, -1))
     monkeypatch.setenv("FOLD_BWD_V0", "1")
     b = _fold(*args, True, (100, -1))
@@ -218,7 +207,7 @@ def test_forward_v0_layout_applies_the_window():
 
 
 def test_forward_ab_variants_refuse_a_cutting_window(monkeypatch):
-    args = _case(torch.bfloat16, 1, 300, 2, 2, 128, 80)
+    args = make_dense_on(1, 300, 2, 2, 128, torch.bfloat16, 80)
     for variant in ("v1", "v1.1"):
         monkeypatch.setenv("FOLD_FWD_VARIANT", variant)
         with pytest.raises(NotImplementedError, match="window"):
@@ -232,12 +221,12 @@ def test_request_alone_equals_request_beside_a_longer_one():
     the same alone and packed beside it (the kernel instance follows the arguments only)."""
     dtype, D, H, Hkv, L = torch.bfloat16, 128, 8, 2, 333
     window = (399, 0)
-    one = [x[0] for x in _case(dtype, 1, L, H, Hkv, D, 95)]
-    alone = _fold(*one, True, window, _cu([L]))
+    one = [x[0] for x in make_dense_on(1, L, H, Hkv, D, dtype, 95)]
+    alone = _fold(*one, True, window, cu_from_lengths([L]).to(DEV))
     lengths = [1000, L]
     packed = [randn_on((sum(lengths),) + x.shape[1:], dtype, 96 + i) for i, x in enumerate(one)]
     for x, y in zip(packed, one):
         x[1000:] = y
-    res = _fold(*packed, True, window, _cu(lengths))
+    res = _fold(*packed, True, window, cu_from_lengths(lengths).to(DEV))
     for name, a, b in zip(("out", "dq", "dk", "dv"), alone[:1] + alone[2:], res[:1] + res[2:]):
         assert_bitwise_equal(a, b[1000:], f"beside a longer one {name}")
