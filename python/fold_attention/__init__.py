@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import ops
 from ._lib import FoldAttentionError
-from .decode import FoldKVCache, fold_attn_with_kvcache
+from .decode import FoldKVCache, PagePoolExhausted, fold_attn_with_kvcache
 from .training import fold_attn_func, fold_attn_varlen_func
 
 __version__ = "0.1.0"
@@ -23,6 +23,7 @@ __all__ = [
     "fold_attn_varlen_func",
     "FoldKVCache",
     "fold_attn_with_kvcache",
+    "PagePoolExhausted",
     "FoldAttentionError",
     "ops",
 ]

@@ -12,6 +12,11 @@ CUDA kernels, which give the same planes, Z, verdicts and outputs bit for bit.
 Request slots: the cache has `batch` slots. A slot is free until prefill (slots
 0..batch-1) or add_request claims it, and free again after release(); a step appends to
 and attends over the active slots only (free slots give zero output and -inf LSE).
+
+Pages: the slots share one pool of `num_pages` pages (default: enough for every slot at
+max_len). A request takes pages as its tokens need them and returns them on release; an
+operation that would need more pages than are free raises PagePoolExhausted before it
+changes anything.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from ._lib import FoldTensor
 from ._validate import (check_softmax_scale, check_window_size, require_flag, require_int, require_tensor,
                         round_float32)
 
-__all__ = ["FoldKVCache", "fold_attn_with_kvcache", "decode_step_cuda"]
+__all__ = ["FoldKVCache", "PagePoolExhausted", "fold_attn_with_kvcache", "decode_step_cuda"]
 
 _CACHE_DTYPES = (torch.bfloat16, torch.float16)
 _HEAD_DIMS = (64, 128, 256)
@@ -109,6 +114,11 @@ def _ptr(t: torch.Tensor | None):
     return None if t is None else t.data_ptr()
 
 
+class PagePoolExhausted(RuntimeError):
+    """A FoldKVCache operation needed more pages than its pool has free. Raised before the
+    cache changes: release a request (or build the cache with a larger num_pages) and retry."""
+
+
 class FoldKVCache:
     """One layer's paged KV cache for FoldAttention decode.
 
@@ -140,8 +150,7 @@ class FoldKVCache:
             (fewer pages per split: fewer page-table reads and cut-page mean rows), the dense
             path is unchanged (its bits do not depend on the page size) and the errors are
             the same; 512 gains up to 1% more but raised one case's error. A request's
-            capacity is whole pages (the pool holds batch x ceil(max_len / page_size)), so a
-            small max_len may prefer a smaller page.
+            capacity is whole pages, so a small max_len may prefer a smaller page.
         softmax_scale: defaults to 1/sqrt(head_dim).
         refine_band: plane B of K is read for keys within this many binades of Z
             (default 8); plane B of V (v8) within refine_band + 2.
@@ -151,6 +160,16 @@ class FoldKVCache:
         dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
         device: 'cpu' (the C++ reference) or a CUDA device (the CUDA kernels; the v8
             exponent growth and the heavy-key list run on the device too).
+        num_pages: pages in the pool the slots share (the pool's memory is num_pages x
+            n_kv_heads x (page_size x (4 x head_dim + 2) + 4 x head_dim) bytes: two K planes,
+            V (bf16 / fp16, or v8's two planes) and a scale per token, and a mean V row per
+            page). None: batch x ceil(max_len / page_size), every slot's whole capacity. Fewer pages
+            serve more slots than fit at max_len together: a request takes a page when its
+            tokens reach it and returns its pages on release, and an append, add_request,
+            prefill or step that needs more pages than are free raises PagePoolExhausted
+            before changing the cache (`free_pages` and `pages_needed` tell a scheduler in
+            advance). Which pages a request gets never changes its output's bits. Compiled
+            and captured steps do not reserve pages (see fold_attn_with_kvcache).
 
     The buffers (k_a, k_b, k_scale, v / v_a / v_b, v_exp, v_page_sum, heavy_keys, page_table,
     lengths) belong to the cache: read them, but change them only through its methods (the
@@ -172,6 +191,7 @@ class FoldKVCache:
         v_scale=None,
         dtype=torch.bfloat16,
         device="cpu",
+        num_pages=None,
     ):
         fn = "FoldKVCache"
         self.batch = require_int(batch, "batch", fn, minimum=1, maximum=2**31 - 1)
@@ -232,9 +252,19 @@ class FoldKVCache:
         _require_cpu(self.device, "the cache", fn, self.device)
 
         self.pages_per_request = -(-self.max_len // self.page_size)
-        self.num_pages = self.batch * self.pages_per_request
-        if self.num_pages > 2**31 - 1:
-            raise ValueError(f"{fn}: batch * ceil(max_len / page_size) exceeds int32 pages")
+        full = self.batch * self.pages_per_request  # every slot at max_len
+        if num_pages is None:
+            if full > 2**31 - 1:
+                raise ValueError(f"{fn}: batch * ceil(max_len / page_size) exceeds int32 pages; "
+                                 "pass a smaller num_pages")
+            self.num_pages = full
+        else:
+            self.num_pages = require_int(num_pages, "num_pages", fn, minimum=1, maximum=2**31 - 1)
+            if self.num_pages > full:
+                raise ValueError(
+                    f"{fn}: num_pages ({self.num_pages}) exceeds batch x ceil(max_len / page_size) "
+                    f"= {full}, the most the slots can ever hold"
+                )
         P, Hk, S, D = self.num_pages, self.n_kv_heads, self.page_size, self.head_dim
         dev = self.device
         if self.is_cuda and (self.batch > 65535 or Hk > 65535):  # (the kernels' grid dimensions)
@@ -268,8 +298,9 @@ class FoldKVCache:
             # for it), saying which sizes asked for the memory.
             kind = torch.OutOfMemoryError if isinstance(e, torch.OutOfMemoryError) else MemoryError
             raise kind(
-                f"{fn}: the cache's pool ({pool / 2**30:.1f} GiB for batch {self.batch} x max_len "
-                f"{self.max_len} x n_kv_heads {Hk} x head_dim {D}) could not be allocated on {dev}"
+                f"{fn}: the cache's pool ({pool / 2**30:.1f} GiB: num_pages {P} of {S} tokens "
+                f"(batch {self.batch}, max_len {self.max_len}) x n_kv_heads {Hk} x head_dim {D}) "
+                f"could not be allocated on {dev}"
             ) from e
         # Free pages, popped from the end: a released request's pages are the next reused.
         self._free_pages = list(range(P - 1, -1, -1))
@@ -326,7 +357,32 @@ class FoldKVCache:
             raise ValueError(f"{fn}: request {b} is not active (released or never added)")
         return b
 
-    def _reserve(self, b: int, length: int) -> None:
+    @property
+    def free_pages(self) -> int:
+        """Pages of the pool no request holds."""
+        return len(self._free_pages)
+
+    def pages_needed(self, request, tokens=1) -> int:
+        """Pages request `request` (active) would take from the pool to append `tokens` more
+        tokens (0 while its last page has room)."""
+        fn = "FoldKVCache.pages_needed"
+        b = self._check_request(request, fn)
+        n = require_int(tokens, "tokens", fn, minimum=0, maximum=self.max_len)
+        return self._new_pages(b, int(self.lengths[b]) + n)
+
+    def _new_pages(self, b: int, length: int) -> int:
+        return max(0, -(-length // self.page_size) - self._reserved[b])
+
+    def _require_pages(self, needed: int, fn: str, what: str) -> None:
+        """Raises PagePoolExhausted, before anything changes, if `needed` pages are not free."""
+        if needed > len(self._free_pages):
+            raise PagePoolExhausted(
+                f"{fn}: {what} needs {needed} more pages of {self.page_size} tokens, but only "
+                f"{len(self._free_pages)} of the pool's {self.num_pages} are free; release a "
+                "request or build the cache with a larger num_pages"
+            )
+
+    def _reserve(self, b: int, length: int, fn: str = "FoldKVCache") -> None:
         """Gives request b pages for tokens [0, length). The page table changes only here
         and in release (never on the device), so a host copy answers without a sync. A
         request's pages are always its first `_reserved[b]` logical pages, so a step costs
@@ -335,8 +391,7 @@ class FoldKVCache:
         have = self._reserved[b]
         if needed <= have:
             return
-        if len(self._free_pages) < needed - have:  # cannot happen: the pool holds every slot's pages
-            raise RuntimeError("FoldKVCache: the page pool is exhausted")
+        self._require_pages(needed - have, fn, f"request {b} at {length} tokens")
         row = self._pages_host[b]
         for i in range(have, needed):
             row[i] = self._free_pages.pop()
@@ -371,8 +426,9 @@ class FoldKVCache:
         if not free:
             raise ValueError(f"{fn}: every one of the {self.batch} request slots is in use; release one first")
         b = free[0]
+        self._require_pages(-(-n // self.page_size), fn, f"a request of length {n}")
         self._activate(b)
-        self._reserve(b, n)
+        self._reserve(b, n, fn)
         return b
 
     def release(self, request) -> None:
@@ -462,7 +518,7 @@ class FoldKVCache:
             raise ValueError(
                 f"{fn}: request {b} is full: {length} + {n} tokens exceed max_len {self.max_len}"
             )
-        self._reserve(b, length + n)
+        self._reserve(b, length + n, fn)
         D = self.head_dim
         kt = FoldTensor(k.data_ptr(), 0, k.shape[1] * D, D)
         vt = FoldTensor(v.data_ptr(), 0, v.shape[1] * D, D)
@@ -517,6 +573,12 @@ class FoldKVCache:
                     f"{fn}: cu_seqlens gives request {b} {n} tokens, beyond max_len {self.max_len}"
                 )
         # Every check before the slots are released: a failed prefill leaves the cache as it was.
+        pages = sum(-(-(offsets[b + 1] - offsets[b]) // self.page_size) for b in range(self.batch))
+        if pages > self.num_pages:
+            raise PagePoolExhausted(
+                f"{fn}: the prompts need {pages} pages of {self.page_size} tokens, beyond the "
+                f"pool's num_pages {self.num_pages}"
+            )
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
@@ -546,6 +608,7 @@ class FoldKVCache:
         v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
         if q.shape[0] > self.max_len:
             raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
+        self._require_pages(self._new_pages(b, q.shape[0]), fn, f"request {b}'s prompt of {q.shape[0]} tokens")
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
@@ -623,7 +686,8 @@ class FoldKVCache:
         return (
             f"FoldKVCache(batch={self.batch}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"head_dim={self.head_dim}, max_len={self.max_len}, depth={self.depth}, v8={self.v8}, "
-            f"page_size={self.page_size}, dtype={self.dtype}, active={len(self.active)})"
+            f"page_size={self.page_size}, dtype={self.dtype}, num_pages={self.num_pages}, "
+            f"free_pages={self.free_pages}, active={len(self.active)})"
         )
 
 
@@ -792,8 +856,12 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         if k is not None:
             if cache.v_scale is not None:
                 cache._check_keys(ka, fn, "k_step")
-            for b in active:
-                cache._reserve(b, lengths[b] + 1)
+            # Every page the step opens, counted before any is taken: a pool that cannot give
+            # them all leaves the cache as it was.
+            opening = [b for b in active if cache._new_pages(b, lengths[b] + 1)]
+            cache._require_pages(len(opening), fn, f"appending a token to {len(opening)} requests")
+            for b in opening:
+                cache._reserve(b, lengths[b] + 1, fn)
     out, lse = cache._step(q, k, v, window_before, sinks)
     if four:
         out = out.unsqueeze(1)

@@ -161,3 +161,39 @@ def tensor_core_path(v8, D, depth, G):
         and (G <= 4 or env("FOLD_DECODE_SPLIT2_WIDE") != "0")
         and (G <= 8 or env("FOLD_DECODE_SPLIT2_G16") != "0")
     )
+
+
+# ---- a shared page pool (FoldKVCache num_pages) ----
+
+
+def play_pool_script(cache, q, k, v, script):
+    """Plays `script` on `cache` (("add", n) reserves n tokens, ("extend", b, lo, hi),
+    ("release", b), ("step", tokens) appends token `tokens` of every active request and
+    attends); returns each step's (out, lse, stats) on the CPU."""
+    outs = []
+    for op in script:
+        if op[0] == "add":
+            cache.add_request(length=op[1])
+        elif op[0] == "extend":
+            _, b, lo, hi = op
+            cache.extend(b, k[b, lo:hi].to(cache.device), v[b, lo:hi].to(cache.device))
+        elif op[0] == "release":
+            cache.release(op[1])
+        else:
+            t = op[1]
+            out, lse, stats = step_outputs(cache, q, k[:, t], v[:, t])
+            outs.append((out, lse, stats))
+    return outs
+
+
+# Four requests, two released and re-added part way, so the small pool's pages come back in
+# another order (and request 1's new pages are request 3's old ones); the steps open pages
+# (lengths cross multiples of 64).
+POOL_SCRIPT = [
+    ("add", 0), ("add", 0), ("add", 0), ("add", 0),
+    ("extend", 0, 0, 130), ("extend", 1, 0, 60), ("extend", 2, 0, 190), ("extend", 3, 0, 63),
+    ("step", 200),
+    ("release", 3), ("release", 1), ("add", 70), ("add", 0),
+    ("extend", 1, 0, 127), ("extend", 3, 0, 255),
+    ("step", 201), ("step", 202),
+]
