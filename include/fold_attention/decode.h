@@ -17,6 +17,13 @@
  * Token t of request b is row t % page_size of page page_table[b][t / page_size]. The
  * caller assigns pages (a free list) before a write reaches them; entries beyond a
  * request's length are never read.
+ *
+ * A cache whose every step takes the same sliding window w (pinned_window = w > 0) keeps no
+ * state about a request's keys before kept(L) = page_size * floor(max(0, L - w) / page_size)
+ * (L: its length): its heavy-key list drops them (before key t is inserted, the entries below
+ * kept(t) leave the list, the rest keep their order) and a v8 re-scale re-quantises keys from
+ * kept(L) on. No call reads a page below kept(L) / page_size then, so the caller may release
+ * those pages (page_table entries set to -1, the pages reused by other requests).
  */
 #ifndef FOLD_ATTENTION_DECODE_H_
 #define FOLD_ATTENTION_DECODE_H_
@@ -56,6 +63,7 @@ typedef struct fold_kvcache {
   int32_t *heavy_keys;
   int32_t *page_table;
   int32_t *lengths;
+  int32_t pinned_window; /* 0, or the window_before every step must take (above)  */
 } fold_kvcache_t;
 
 typedef struct fold_decode_params {

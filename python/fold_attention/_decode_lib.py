@@ -54,6 +54,7 @@ class FoldKVCacheDesc(ctypes.Structure):
         ("heavy_keys", ctypes.c_void_p),
         ("page_table", ctypes.c_void_p),
         ("lengths", ctypes.c_void_p),
+        ("pinned_window", ctypes.c_int32),
     ]
 
 

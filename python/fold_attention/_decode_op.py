@@ -52,7 +52,7 @@ def _rows(t: Optional[torch.Tensor], heads: int, dim: int) -> FoldTensor:
 
 
 def cache_desc(dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum, heavy_keys,
-               page_table, lengths, max_len, v_exp_fixed) -> FoldKVCacheDesc:
+               page_table, lengths, max_len, v_exp_fixed, pinned_window=0) -> FoldKVCacheDesc:
     """The C descriptor of a cache's buffers (FoldKVCache's)."""
     num_pages, n_kv_heads, page_size, _ = k_a.shape
     return FoldKVCacheDesc(
@@ -77,6 +77,7 @@ def cache_desc(dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_su
         heavy_keys=heavy_keys.data_ptr(),
         page_table=page_table.data_ptr(),
         lengths=lengths.data_ptr(),
+        pinned_window=pinned_window,
     )
 
 def decode_precheck_cuda(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
@@ -130,6 +131,7 @@ def decode_step_into(
     v_refine_band: float,
     window_before: int = 0,
     sinks: Optional[torch.Tensor] = None,
+    pinned_window: int = 0,
     desc: Optional[FoldKVCacheDesc] = None,
 ) -> None:
     """q (batch, n_heads, D) contiguous; k_step/v_step None or (batch, n_kv_heads, D)
@@ -140,12 +142,13 @@ def decode_step_into(
     keeps one (FoldKVCache builds it once: its buffers never move), else built from the buffers
     (~14 pointer queries and a ctypes structure: ~10 us of host time per call). window_before:
     the C ABI's (0: none; w: the query sees its request's last w keys); sinks: None or a
-    contiguous float32 (n_heads,) tensor on q's device."""
+    contiguous float32 (n_heads,) tensor on q's device; pinned_window: the cache's
+    (fold_kvcache_t's: 0, or the window every step takes)."""
     batch, n_heads, D = q.shape
     n_kv_heads = k_a.shape[1]
     if desc is None:
         desc = cache_desc(q.dtype, batch, D, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                          heavy_keys, page_table, lengths, max_len, v_exp_fixed)
+                          heavy_keys, page_table, lengths, max_len, v_exp_fixed, pinned_window)
     params = FoldDecodeParams(
         n_heads=n_heads,
         softmax_scale=softmax_scale,
@@ -179,7 +182,7 @@ def decode_step_into(
 
 def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
                         heavy_keys, page_table, lengths, workspace, stats, window_before=0,
-                        sinks=None) -> None:
+                        sinks=None, pinned_window=0) -> None:
     """fold_attention::decode_step's tensors against the cache's buffers: shapes, dtypes,
     devices and layouts (a q or k_step that does not match the cache would make the step read
     or write past the buffers). Raises ValueError / TypeError naming the argument."""
@@ -223,8 +226,9 @@ def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp
     buffers = [("k_a", k_a), ("k_b", k_b), ("k_scale", k_scale), ("v", v), ("v_a", v_a), ("v_b", v_b),
                ("v_exp", v_exp), ("v_page_sum", v_page_sum), ("heavy_keys", heavy_keys),
                ("page_table", page_table), ("lengths", lengths), ("workspace", workspace), ("stats", stats)]
-    if isinstance(window_before, bool) or not isinstance(window_before, int) or not 0 <= window_before < 2**31:
-        raise ValueError(f"{fn}: window_before must be an int in [0, 2^31), got {window_before!r}")
+    for name, w in (("window_before", window_before), ("pinned_window", pinned_window)):
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < 2**31:
+            raise ValueError(f"{fn}: {name} must be an int in [0, 2^31), got {w!r}")
     if sinks is not None:
         if not isinstance(sinks, torch.Tensor):
             raise TypeError(f"{fn}: sinks must be a torch.Tensor or None, got {type(sinks).__name__}")
@@ -262,6 +266,7 @@ def decode_step_impl(
     v_refine_band: float,
     window_before: int = 0,
     sinks: Optional[torch.Tensor] = None,
+    pinned_window: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """decode_step_into, into new out / LSE tensors, returned: the op's implementation.
     torch.compile traces decode_step_op; eager steps call decode_step_new (the same work, with
@@ -269,10 +274,12 @@ def decode_step_impl(
     against the cache's buffers first (metadata only: nothing is read from the device), since
     the kernels and the C reference take their sizes from q's shape and the buffers'."""
     _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
-                        heavy_keys, page_table, lengths, workspace, stats, window_before, sinks)
+                        heavy_keys, page_table, lengths, workspace, stats, window_before, sinks,
+                        pinned_window)
     return decode_step_new(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,
                            heavy_keys, page_table, lengths, workspace, stats, max_len, v_exp_fixed,
-                           softmax_scale, depth, refine_band, v_refine_band, window_before, sinks)
+                           softmax_scale, depth, refine_band, v_refine_band, window_before, sinks,
+                           pinned_window)
 
 
 def decode_step_new(q, *args, desc: Optional[FoldKVCacheDesc] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -296,6 +303,6 @@ decode_step_op = torch.library.custom_op("fold_attention::decode_step", mutates_
 @decode_step_op.register_fake
 def _decode_step_fake(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum, heavy_keys,
                       page_table, lengths, workspace, stats, max_len, v_exp_fixed, softmax_scale, depth,
-                      refine_band, v_refine_band, window_before=0, sinks=None):
+                      refine_band, v_refine_band, window_before=0, sinks=None, pinned_window=0):
     batch, n_heads, D = q.shape
     return q.new_empty((batch, n_heads, D)), q.new_empty((batch, n_heads), dtype=torch.float32)

@@ -170,6 +170,15 @@ class FoldKVCache:
             before changing the cache (`free_pages` and `pages_needed` tell a scheduler in
             advance). Which pages a request gets never changes its output's bits. Compiled
             and captured steps do not reserve pages (see fold_attn_with_kvcache).
+        window_size: None, or a sliding window (left, right) that every prefill and step of
+            this cache takes (FlashAttention's convention; a step's query sees its request's
+            last left + 1 keys). The cache is then pinned to it: it forgets each request's keys
+            before the page that holds key L - left - 1 (L: the request's length) and returns
+            those pages to the pool after every eager append or step, so a request holds about
+            (left + 1) / page_size + 1 pages however long it grows (with num_pages, a
+            sliding-window layer's cache needs only that). Calls may omit window_size (the
+            cache's applies) or pass the same left; any other window raises ValueError. CPU
+            only in this build (the CUDA writers' part is prepared, not yet run on a GPU).
 
     The buffers (k_a, k_b, k_scale, v / v_a / v_b, v_exp, v_page_sum, heavy_keys, page_table,
     lengths) belong to the cache: read them, but change them only through its methods (the
@@ -192,6 +201,7 @@ class FoldKVCache:
         dtype=torch.bfloat16,
         device="cpu",
         num_pages=None,
+        window_size=None,
     ):
         fn = "FoldKVCache"
         self.batch = require_int(batch, "batch", fn, minimum=1, maximum=2**31 - 1)
@@ -250,6 +260,18 @@ class FoldKVCache:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else self.device
         _require_cpu(self.device, "the cache", fn, self.device)
+        self.window_size = None
+        self._pinned = 0  # fold_kvcache_t::pinned_window
+        if window_size is not None:
+            before, _ = check_window_size(window_size, fn)
+            self.window_size = tuple(int(x) for x in window_size)
+            self._pinned = before if before < self.max_len else 0  # (0: hides nothing)
+            if self._pinned and self.device.type == "cuda":
+                raise NotImplementedError(
+                    f"{fn}: window_size: a cache pinned to a window runs on the CPU reference only "
+                    "in this build (its CUDA writers are prepared, not yet run on a GPU); build "
+                    "the CUDA cache without window_size and pass the window to each call"
+                )
 
         self.pages_per_request = -(-self.max_len // self.page_size)
         full = self.batch * self.pages_per_request  # every slot at max_len
@@ -306,6 +328,7 @@ class FoldKVCache:
         self._free_pages = list(range(P - 1, -1, -1))
         self._pages_host = [[-1] * self.pages_per_request for _ in range(self.batch)]
         self._reserved = [0] * self.batch  # request b holds logical pages 0 .. _reserved[b] - 1
+        self._forgotten = [0] * self.batch  # ... of which 0 .. _forgotten[b] - 1 went back (pinned)
         self._last_stats: dict | None = None
         self._cdesc: FoldKVCacheDesc | None = None  # _c_desc()
         self._stats_pending = False
@@ -349,6 +372,7 @@ class FoldKVCache:
             heavy_keys=_ptr(self.heavy_keys),
             page_table=_ptr(self.page_table),
             lengths=_ptr(self.lengths),
+            pinned_window=self._pinned,
         )
 
     def _check_request(self, request, fn: str, active: bool = True) -> int:
@@ -398,6 +422,23 @@ class FoldKVCache:
         self._reserved[b] = needed
         self.page_table[b, have:needed] = torch.tensor(row[have:needed], dtype=torch.int32)
 
+    def _forget_early_pages(self, b: int, length: int) -> None:
+        """A pinned cache: returns request b's pages below kept(length) (decode.h) to the pool.
+        No later call reads them (the writers keep no state about their keys)."""
+        if not self._pinned or length <= self._pinned:
+            return
+        first = (length - self._pinned) // self.page_size
+        lo = self._forgotten[b]
+        if first <= lo:
+            return
+        row = self._pages_host[b]
+        for i in range(lo, first):
+            if row[i] >= 0:
+                self._free_pages.append(row[i])
+                row[i] = -1
+        self._forgotten[b] = first
+        self.page_table[b, lo:first] = -1
+
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
         self.heavy_keys[b].fill_(-1)
@@ -439,6 +480,7 @@ class FoldKVCache:
         self._free_pages.extend(reversed(pages))
         self._pages_host[b] = [-1] * self.pages_per_request
         self._reserved[b] = 0
+        self._forgotten[b] = 0
         self.page_table[b].fill_(-1)
         self.lengths[b] = -1
         self.heavy_keys[b].fill_(-1)
@@ -509,6 +551,38 @@ class FoldKVCache:
                     f"448 * {self.v_scale}"
                 )
 
+    def _chunks(self, length: int, n: int):
+        """The appends that write tokens [length, length + n): one, or for a cache pinned to a
+        window, chunks ending on multiples of C = the window rounded up to whole pages (at least
+        one page), so that a long prompt's early pages go back to the pool as it is written."""
+        if not self._pinned:
+            return [(length, length + n)]
+        c = -(-self._pinned // self.page_size) * self.page_size
+        out, lo = [], length
+        while lo < length + n:
+            hi = min((lo // c + 1) * c, length + n)
+            out.append((lo, hi))
+            lo = hi
+        return out
+
+    def _growth(self, b: int, length: int, n: int, reserved: int, forgotten: int) -> tuple[int, int]:
+        """(peak, final): the most pages request b holds while tokens [length, length + n) are
+        appended (in _chunks), and what it holds after, from `reserved` logical pages of which
+        `forgotten` went back."""
+        peak = reserved - forgotten
+        for _, hi in self._chunks(length, n):
+            reserved = max(reserved, -(-hi // self.page_size))
+            peak = max(peak, reserved - forgotten)
+            if self._pinned and hi > self._pinned:
+                forgotten = max(forgotten, (hi - self._pinned) // self.page_size)
+        return peak, reserved - forgotten
+
+    def _append_pages(self, b: int, n: int) -> int:
+        """Pages appending n tokens to request b takes from the pool at its peak."""
+        held = self._reserved[b] - self._forgotten[b]
+        peak, _ = self._growth(b, int(self.lengths[b]), n, self._reserved[b], self._forgotten[b])
+        return peak - held
+
     def _append(self, b: int, k: torch.Tensor, v: torch.Tensor, fn: str) -> None:
         n = k.shape[0]
         if n == 0:
@@ -518,17 +592,21 @@ class FoldKVCache:
             raise ValueError(
                 f"{fn}: request {b} is full: {length} + {n} tokens exceed max_len {self.max_len}"
             )
-        self._reserve(b, length + n, fn)
+        self._require_pages(self._append_pages(b, n), fn, f"appending {n} tokens to request {b}")
         D = self.head_dim
-        kt = FoldTensor(k.data_ptr(), 0, k.shape[1] * D, D)
-        vt = FoldTensor(v.data_ptr(), 0, v.shape[1] * D, D)
         desc = self._desc()
-        if self.is_cuda:
-            status = library().fold_kvcache_append_cuda(ctypes.byref(desc), b, n, kt, vt, _stream())
-            _lib.check(status, "fold_kvcache_append_cuda")
-        else:
-            status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, n, kt, vt)
-            _lib.check(status, "fold_kvcache_append_cpu")
+        for lo, hi in self._chunks(length, n):
+            self._reserve(b, hi, fn)
+            kt = FoldTensor(k[lo - length:].data_ptr(), 0, k.shape[1] * D, D)
+            vt = FoldTensor(v[lo - length:].data_ptr(), 0, v.shape[1] * D, D)
+            if self.is_cuda:
+                status = library().fold_kvcache_append_cuda(ctypes.byref(desc), b, hi - lo, kt, vt,
+                                                            _stream())
+                _lib.check(status, "fold_kvcache_append_cuda")
+            else:
+                status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, hi - lo, kt, vt)
+                _lib.check(status, "fold_kvcache_append_cpu")
+            self._forget_early_pages(b, hi)
 
     def extend(self, request, k, v) -> None:
         """Appends tokens k, v (tokens, n_kv_heads, head_dim) to an active request, without
@@ -540,18 +618,34 @@ class FoldKVCache:
         self._check_values(k, v, fn)
         self._append(b, k, v, fn)
 
-    def prefill(self, q, k, v, cu_seqlens, window_size=(-1, -1), sinks=None):
+    def _call_window(self, window_size, fn: str):
+        """A call's window_size: None means the cache's (or no window); a pinned cache takes
+        only its own left."""
+        if window_size is None:
+            return self.window_size if self.window_size is not None else (-1, -1)
+        before, _ = check_window_size(window_size, fn)
+        if self._pinned and before != self._pinned:
+            raise ValueError(
+                f"{fn}: window_size {tuple(window_size)!r} differs from the window the cache is "
+                f"pinned to, {self.window_size!r} (it keeps no keys before that window)"
+            )
+        return window_size
+
+    def prefill(self, q, k, v, cu_seqlens, window_size=None, sinks=None):
         """Runs causal attention over packed prompts and writes them into slots 0..batch-1.
 
         q (total, n_heads, head_dim), k/v (total, n_kv_heads, head_dim), cu_seqlens int32
         with batch + 1 offsets. Every slot is (re)started with its prompt (a slot that was
         active is released first). Returns the prompt output (total, n_heads, head_dim).
         window_size and sinks as in fold_attn_varlen_func (a layer's sliding window and
-        attention sinks; the cache keeps every token, and the steps take the same arguments).
+        attention sinks; the steps take the same arguments). window_size None: the cache's
+        (see the constructor), else (-1, -1). The cache keeps every token unless pinned to a
+        window.
         """
         from .training import fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill"
+        window_size = self._call_window(window_size, fn)
         q = self._check_rows(q, "q", fn, self.n_heads)
         k = self._check_rows(k, "k", fn, self.n_kv_heads, tokens=q.shape[0])
         v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
@@ -573,7 +667,13 @@ class FoldKVCache:
                     f"{fn}: cu_seqlens gives request {b} {n} tokens, beyond max_len {self.max_len}"
                 )
         # Every check before the slots are released: a failed prefill leaves the cache as it was.
-        pages = sum(-(-(offsets[b + 1] - offsets[b]) // self.page_size) for b in range(self.batch))
+        # Every slot restarts empty; request b's prompt is written while requests 0..b-1 hold
+        # what their prompts left them.
+        pages = held = 0
+        for b in range(self.batch):
+            peak, final = self._growth(b, 0, offsets[b + 1] - offsets[b], 0, 0)
+            pages = max(pages, held + peak)
+            held += final
         if pages > self.num_pages:
             raise PagePoolExhausted(
                 f"{fn}: the prompts need {pages} pages of {self.page_size} tokens, beyond the "
@@ -593,13 +693,14 @@ class FoldKVCache:
             self._append(b, k[lo:hi], v[lo:hi], fn)
         return out
 
-    def prefill_request(self, request, q, k, v, window_size=(-1, -1), sinks=None):
+    def prefill_request(self, request, q, k, v, window_size=None, sinks=None):
         """Causal attention over one prompt q (n, n_heads, D), k/v (n, n_kv_heads, D) and
         its write into an active, empty request (see add_request). Returns the output.
         window_size and sinks as in prefill."""
         from .training import fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill_request"
+        window_size = self._call_window(window_size, fn)
         b = self._check_request(request, fn)
         if int(self.lengths[b]) != 0:
             raise ValueError(f"{fn}: request {b} already holds {int(self.lengths[b])} tokens")
@@ -608,7 +709,8 @@ class FoldKVCache:
         v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
         if q.shape[0] > self.max_len:
             raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
-        self._require_pages(self._new_pages(b, q.shape[0]), fn, f"request {b}'s prompt of {q.shape[0]} tokens")
+        self._require_pages(self._append_pages(b, q.shape[0]), fn,
+                            f"request {b}'s prompt of {q.shape[0]} tokens")
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
@@ -652,10 +754,11 @@ class FoldKVCache:
         backpropagate through it rather than cutting the graph silently); otherwise its
         implementation is called directly (the dispatch costs ~40 us of host time per step)."""
         if _needs_op(q, k, v):
-            out, lse = decode_step_op(q, k, v, *self._step_buffers(), window_before, sinks)
+            out, lse = decode_step_op(q, k, v, *self._step_buffers(), window_before, sinks,
+                                      self._pinned)
         else:
             out, lse = decode_step_new(q, k, v, *self._step_buffers(), window_before, sinks,
-                                       desc=self._c_desc())
+                                       self._pinned, desc=self._c_desc())
         self._stats_pending = True
         return out, lse
 
@@ -735,7 +838,7 @@ def _step_window(window_size, cache: FoldKVCache, fn: str) -> int:
     newest position) sees its last left + 1 keys (-1: all); right is checked and has nothing to
     hide (no key lies after the query). The C ABI's window_before: 0 where the window hides no
     key a request of max_len tokens could hold, so that such a window runs the plain step."""
-    before, _ = check_window_size(window_size, fn)
+    before, _ = check_window_size(cache._call_window(window_size, fn), fn)
     return 0 if before >= cache.max_len else before
 
 
@@ -765,7 +868,7 @@ def _check_sink_values(sinks, fn: str) -> None:
 
 
 def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=False,
-                           window_size=(-1, -1), sinks=None):
+                           window_size=None, sinks=None):
     """Optionally append one token per active request to `cache`, then attend over it.
 
     Args:
@@ -777,7 +880,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         window_size: FlashAttention's (left, right): the query, its request's newest token,
             sees that request's last left + 1 keys (the appended one included); -1: all.
             right has nothing to hide in a decode step. A window hides no key's mass: keys
-            before it are never read and carry none.
+            before it are never read and carry none. None: the cache's window (FoldKVCache's
+            window_size) or none; a cache pinned to a window takes only that one.
         sinks: None, or one logit per query head (n_heads,), gpt-oss's attention sinks: exp(sink)
             joins the row's denominator with no value (the LSE includes it).
 
@@ -805,7 +909,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
     # (is_compiling first: dynamo cannot trace is_current_stream_capturing, and never has to.)
-    if not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing()):
+    host = not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing())
+    if host:
         # Host checks with as few device reads as possible (each is a sync on CUDA). CUDA: one
         # kernel reads the lengths and tests q, k and v (in active rows) for inf / NaN, and the
         # host waits once (fold_decode_cuda_precheck; H200: the lengths read and the torch test
@@ -863,6 +968,9 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
             for b in opening:
                 cache._reserve(b, lengths[b] + 1, fn)
     out, lse = cache._step(q, k, v, window_before, sinks)
+    if host and cache._pinned and k is not None:  # (a compiled or captured step keeps its pages)
+        for b in active:
+            cache._forget_early_pages(b, lengths[b] + 1)
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out
@@ -877,7 +985,7 @@ def _needs_op(*tensors) -> bool:
 
 
 def decode_step_cuda(cache: FoldKVCache, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
-                     out: torch.Tensor, lse: torch.Tensor, window_size=(-1, -1), sinks=None) -> None:
+                     out: torch.Tensor, lse: torch.Tensor, window_size=None, sinks=None) -> None:
     """The graph-capturable core of fold_attn_with_kvcache for a CUDA cache: appends k/v
     (batch, n_kv_heads, head_dim; None: no append) to every active request and attends q
     (batch, n_heads, head_dim) into out / lse, with no checks and no host synchronisation.

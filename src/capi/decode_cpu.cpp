@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "decode/decode_plan.h"
+#include "decode/pinned_window.h"
 #include "decode/v8_planes.h"
 #include "fold_attention/decode.h"
 
@@ -32,6 +33,7 @@ void check_cache_layout(const fold_kvcache_t *c) {
   if (c->dtype != FOLD_DTYPE_BF16 && c->dtype != FOLD_DTYPE_F16)
     fail("cache->dtype must be FOLD_DTYPE_BF16 or FOLD_DTYPE_F16");
   if (c->v8 != 0 && c->v8 != 1) fail("cache->v8 must be 0 or 1");
+  if (c->pinned_window < 0) fail("cache->pinned_window must be >= 0 (0: none)");
   if (!c->k_a || !c->k_b || !c->k_scale)
     fail("cache K planes (k_a, k_b, k_scale) must be non-NULL");
   if (c->v8 ? (!c->v_a || !c->v_b || !c->v_exp) : !c->v)
@@ -104,6 +106,10 @@ void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
   if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
     fail("params->v_refine_band must be finite and >= 0");
   if (p->window_before < 0) fail("params->window_before must be >= 0 (0: no window)");
+  if (c.pinned_window > 0 && p->window_before != c.pinned_window)
+    fail("params->window_before (" + std::to_string(p->window_before) +
+         ") must equal cache->pinned_window (" + std::to_string(c.pinned_window) +
+         "): the cache keeps no keys before that window");
   if (p->sinks != nullptr && reinterpret_cast<uintptr_t>(p->sinks) % 4 != 0)
     fail("params->sinks must be 4-byte aligned");
 }
@@ -131,10 +137,14 @@ namespace {
 
 using fold::cpu::check_rows;
 
+// The pages of the keys a call may read: [kept(L), L) of each active request (every key unless
+// the cache is pinned to a window, whose earlier pages may be released).
 void check_pages_readable(const fold_kvcache_t &c) {
   for (int b = 0; b < c.batch; ++b) {
-    const int64_t pages = (static_cast<int64_t>(c.lengths[b]) + c.page_size - 1) / c.page_size;
-    for (int64_t i = 0; i < pages; ++i) {
+    const int32_t L = c.lengths[b];
+    const int64_t pages = (static_cast<int64_t>(L) + c.page_size - 1) / c.page_size;
+    const int64_t first = fold::decode::pinned_kept(L, c.pinned_window, c.page_size) / c.page_size;
+    for (int64_t i = first; i < pages; ++i) {
       const int32_t page = c.page_table[b * static_cast<int64_t>(c.pages_per_request) + i];
       if (page < 0 || page >= c.num_pages)
         fold::fail("page_table[" + std::to_string(b) + "][" + std::to_string(i) +

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "cpu/rows.h"
 #include "decode/decode_cpu.h"
+#include "decode/pinned_window.h"
 #include "decode/planes.h"
 #include "decode/reference_z.h"
 #include "decode/v8_planes.h"
@@ -103,11 +104,12 @@ AppendPlan plan_append(const fold_kvcache_t &c, int32_t b, int32_t n, const Toke
 
 namespace {
 
-// Re-quantises tokens [0, L) of head hk of request b from exponent `from` to `to` (> from):
-// each stored value e*(a + b/8) is decoded and split again under the new scale.
+// Re-quantises tokens [kept(L), L) of head hk of request b from exponent `from` to `to`
+// (> from): each stored value e*(a + b/8) is decoded and split again under the new scale. (A
+// pinned cache's keys before kept(L) are never read again; their pages may be released.)
 void rescale_v8(const fold_kvcache_t &c, int32_t b, int hk, int32_t L, int from, int to) {
   const int D = c.head_dim;
-  for (int32_t t = 0; t < L; ++t) {
+  for (int32_t t = decode::pinned_kept(L, c.pinned_window, c.page_size); t < L; ++t) {
     const int64_t row = key_row(c, page_of(c, b, t), hk, t % c.page_size) * D;
     for (int d = 0; d < D; ++d) {
       const float v = decode::v8_value(c.v_a[row + d], c.v_b[row + d], from, true);
@@ -118,9 +120,13 @@ void rescale_v8(const fold_kvcache_t &c, int32_t b, int hk, int32_t L, int from,
 
 // The request's heavy-key list: the kHeavyKeys keys with the largest scale bits (positive
 // bf16 bits order like their values), ties to the older key, sorted that way. A new key
-// enters if it beats the last entry (or an entry is empty).
+// enters if it beats the last entry (or an entry is empty). A pinned cache first forgets the
+// entries before kept(t).
 void update_heavy(const fold_kvcache_t &c, int32_t b, int h, int32_t t, uint16_t scale) {
   int32_t *list = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + h) * decode::kHeavyKeys;
+  if (c.pinned_window > 0)
+    decode::heavy_forget_before<decode::kHeavyKeys>(
+        list, nullptr, decode::pinned_kept(t, c.pinned_window, c.page_size));
   auto scale_of = [&](int32_t j) {
     return c.k_scale[key_row(c, page_of(c, b, j), h, j % c.page_size)];
   };

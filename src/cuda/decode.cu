@@ -47,6 +47,7 @@
 
 #include "core/float_bits.h"
 #include "core/status.h"
+#include "cuda/decode_cache.h"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/tma.cuh"
 #include "cuda/hopper/warpgroup.cuh"
@@ -81,13 +82,13 @@ void check(cudaError_t err, const char *what) {
   if (err != cudaSuccess) fail(FOLD_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-__device__ __forceinline__ int64_t key_row(const fold_kvcache_t &c, int32_t b, int hk, int32_t t) {
+__device__ __forceinline__ int64_t key_row(const DecodeCache &c, int32_t b, int hk, int32_t t) {
   const int32_t page =
       c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
   return (static_cast<int64_t>(page) * c.n_kv_heads + hk) * c.page_size + t % c.page_size;
 }
 
-__device__ __forceinline__ int64_t page_sum_base(const fold_kvcache_t &c, int32_t b, int hk,
+__device__ __forceinline__ int64_t page_sum_base(const DecodeCache &c, int32_t b, int hk,
                                                  int32_t t) {
   const int32_t page =
       c.page_table[static_cast<int64_t>(b) * c.pages_per_request + t / c.page_size];
@@ -179,7 +180,7 @@ __device__ __forceinline__ void heavy_insert(int32_t *idx, uint16_t *sc, int32_t
 // Step mode takes no host check (a captured or compiled step cannot make one): a request
 // whose next token has no room or no reserved page is not appended, and is counted, rather
 // than written out of bounds. Extend mode was checked on the host.
-__device__ __forceinline__ bool step_append_ok(const fold_kvcache_t &c, int32_t b, int32_t L) {
+__device__ __forceinline__ bool step_append_ok(const DecodeCache &c, int32_t b, int32_t L) {
   if (L < 0 || L >= c.max_len) return false;
   const int32_t page =
       c.page_table[static_cast<int64_t>(b) * c.pages_per_request + L / c.page_size];
@@ -194,7 +195,7 @@ __device__ __forceinline__ int64_t src_row(const AppendArgs &a, const fold_tenso
 
 // The v8 value exponent of (request b, KV head hk) as the kernels apply it: 0 while nothing
 // non-zero has been written (kVExpUnset).
-__device__ __forceinline__ int v8_exponent(const fold_kvcache_t &c, int b, int hk) {
+__device__ __forceinline__ int v8_exponent(const DecodeCache &c, int b, int hk) {
   const int32_t x = c.v_exp[static_cast<int64_t>(b) * c.n_kv_heads + hk];
   return x == kVExpUnset ? 0 : x;
 }
@@ -202,7 +203,7 @@ __device__ __forceinline__ int v8_exponent(const fold_kvcache_t &c, int b, int h
 // v8: the (request, KV head)'s exponent after the append; grows it (re-quantising the
 // request's stored planes, as commit_append does) when a new value would not fit.
 __global__ void __launch_bounds__(kThreads)
-    append_v8_exp_kernel(const fold_kvcache_t c, const AppendArgs a) {
+    append_v8_exp_kernel(const DecodeCache c, const AppendArgs a) {
   __shared__ unsigned int s_amax;
   __shared__ int s_from, s_to;
   const int hk = blockIdx.y;
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(kThreads)
 // one. One launch less per step, no counter to reset, and the heavy list's loads overlap the
 // Hadamard.
 __global__ void __launch_bounds__(kThreads)
-    append_rows_kernel(const fold_kvcache_t c, const AppendArgs a) {
+    append_rows_kernel(const DecodeCache c, const AppendArgs a) {
   static_assert(kHeavyKeys <= kThreads, "a thread per heavy-list entry");
   __shared__ float y[256];
   __shared__ unsigned int s_amax;
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // The heavy-key list of each KV head (thread per head, keys in token order) and then the
 // request's length.
-__global__ void append_heavy_kernel(const fold_kvcache_t c, const AppendArgs a) {
+__global__ void append_heavy_kernel(const DecodeCache c, const AppendArgs a) {
   const int32_t b = a.request < 0 ? static_cast<int32_t>(blockIdx.x) : a.request;
   const int32_t L = c.lengths[b];
   if (L < 0) return;
@@ -416,7 +417,7 @@ __device__ __forceinline__ unsigned long long *stat_ptr(int64_t *stats, int i) {
 
 // The lane's E elements of q row h (as loaded; quantise_q_row_warp scales them).
 template <int E>
-__device__ __forceinline__ void load_q_row(const fold_kvcache_t &c, const fold_tensor_t &q, int b,
+__device__ __forceinline__ void load_q_row(const DecodeCache &c, const fold_tensor_t &q, int b,
                                            int h, float (&x)[E]) {
   const int64_t base = b * q.batch_stride + h * q.head_stride + E * (threadIdx.x & 31);
 #pragma unroll
@@ -435,7 +436,7 @@ __device__ __forceinline__ void prefetch_q_row(const fold_tensor_t &q, int b, in
 // registers, the rest across lanes: element j (bit h clear) gets x[j] + x[j + h], element
 // j + h gets x[j] - x[j + h], the same two roundings as the reference.
 template <int E>
-__device__ __forceinline__ void quantise_q_row_warp(const fold_kvcache_t &c, const float (&x)[E],
+__device__ __forceinline__ void quantise_q_row_warp(const DecodeCache &c, const float (&x)[E],
                                                     float cmul, int b, int h, int H, const Ws &ws,
                                                     int8_t *sa, int8_t *sb, float *s_sq) {
   constexpr int D = 32 * E;
@@ -563,9 +564,9 @@ constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per 
 // plain sample. (Without WIN `window` is not read.)
 template <int E, bool SMALL, bool UNROLL = false, int FT = kThreads, bool WIN = false>
 __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (FT == 128 ? 8 : 4)))
-    decode_front_kernel(const fold_kvcache_t c, const fold_tensor_t q, const float cmul,
-                        const int H, const Ws ws, int64_t *stats, const int rows_per_cta,
-                        const int appended, const int early, const int window) {
+    decode_front_kernel(const DecodeCache c, const fold_tensor_t q, const float cmul, const int H,
+                        const Ws ws, int64_t *stats, const int rows_per_cta, const int appended,
+                        const int early, const int window) {
   pdl_wait();
   // OVERLAP (the dense ring or split2 follows): its blocks may start now, beside this grid; they
   // read nothing this kernel writes before their own wait (decode_split_ring_kernel,
@@ -1158,10 +1159,9 @@ __device__ __forceinline__ unsigned int pack_keys(unsigned int ballot) {
 
 // A split's read statistics: pass 0 into its group's counters (add_step_stats adds them
 // once the guard's verdict is final), pass 1 (recomputed groups) straight into `stats`.
-__device__ __forceinline__ void add_split_stats(const fold_kvcache_t &c, const Ws &ws,
-                                                int64_t *stats, int pass, int b, int hk,
-                                                int64_t keys, int64_t live, int64_t ref,
-                                                int64_t vref, int64_t bytes) {
+__device__ __forceinline__ void add_split_stats(const DecodeCache &c, const Ws &ws, int64_t *stats,
+                                                int pass, int b, int hk, int64_t keys, int64_t live,
+                                                int64_t ref, int64_t vref, int64_t bytes) {
   if (pass == 0) {
     unsigned long long *gc = ws.gcnt + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5;
     stat_add(gc + 0, keys);
@@ -1412,7 +1412,7 @@ __device__ __forceinline__ uint32_t page_starts(int32_t s0, int n, int P) {
 // rows of them are zeroed for the value product's weight-0 columns). F = 0 (no window, or one
 // that hides nothing) runs the same operations in the same order as WIN = false: the same bits.
 template <int NP, bool MMA, bool WIN = false>
-__device__ __forceinline__ void split_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+__device__ __forceinline__ void split_item(const DecodeCache &c, const fold_decode_params_t &p,
                                            const Ws &ws, const int pass, int64_t *stats,
                                            const int s, const int hk, const int b) {
   constexpr int D = 64 * NP;
@@ -1919,16 +1919,16 @@ __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int
                                                const int32_t *bad, const unsigned long long *gcnt,
                                                const int32_t *rej, int batch, int n_kv_heads, int G,
                                                int D, unsigned long long *stats, int window);
-__device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
+__device__ __forceinline__ void combine_pass1_if_last(const DecodeCache &c,
                                                       const fold_decode_params_t &p, const Ws &ws,
                                                       const fold_tensor_t &out, float *lse,
                                                       const int s, const int hk, const int b);
-__device__ __forceinline__ void combine_pass1_if_last_ext(const fold_kvcache_t &c,
+__device__ __forceinline__ void combine_pass1_if_last_ext(const DecodeCache &c,
                                                           const fold_decode_params_t &p,
                                                           const Ws &ws, const fold_tensor_t &out,
                                                           float *lse, const int s, const int hk,
                                                           const int b);
-__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
+__device__ __forceinline__ void fixup_group(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int hk, const int b, int window);
 
 // grid (splits, Hkv, B): split blockIdx.x of group (blockIdx.z, blockIdx.y) (pass 0). LIST
@@ -1945,7 +1945,7 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
 // with neither (a window that hides nothing) the same bits as the plain instance.
 template <int NP, bool MMA, bool LIST, bool EXT = false>
 __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
-    decode_split_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+    decode_split_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                         const fold_tensor_t out, float *lse, const int pass, int64_t *stats,
                         const int appended) {
   pdl_wait();
@@ -2055,7 +2055,7 @@ __host__ __device__ inline size_t split_ring_smem_bytes(int G, int D, int stages
 // v8 caches too (their value product on the tensor cores, the planes widened to bf16 in
 // registers), unless FOLD_DECODE_V8_RING=0 (read per call): then the plain split's fma path,
 // which keeps the reference's orders (A/B runs).
-inline bool split_ring_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+inline bool split_ring_supported(const DecodeCache &c, const fold_decode_params_t &p) {
   return p.dense != 0 && (c.v8 == 0 || env_on("FOLD_DECODE_V8_RING")) &&
          (c.head_dim == 64 || c.head_dim == 128) && env_on("FOLD_DECODE_RING");
 }
@@ -2077,7 +2077,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
                              const __grid_constant__ CUtensorMap vbmap,
                              const __grid_constant__ CUtensorMap amap,
                              const __grid_constant__ CUtensorMap bmap,
-                             const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
+                             const __grid_constant__ CUtensorMap smap, const DecodeCache c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
                              int64_t *stats, const int full_path, const int32_t *lengths,
                              const int early) {
@@ -2567,7 +2567,7 @@ __host__ __device__ inline size_t split_screen_smem_bytes(int G, int D) {
 // batch 1 but 3-7% slower at batch 32-128 (notes/decode.md section 15). One kernel serves every
 // batch size: choosing by the grid would make a request's bits depend on its batch (the two
 // kernels sum T in different orders).
-inline bool split_screen_supported(const fold_kvcache_t &c, const fold_decode_params_t &p) {
+inline bool split_screen_supported(const DecodeCache &c, const fold_decode_params_t &p) {
   const char *v = std::getenv("FOLD_DECODE_SCREEN_RING");
   return p.dense == 0 && c.v8 == 0 && (c.head_dim == 64 || c.head_dim == 128) && v != nullptr &&
          std::strcmp(v, "1") == 0;
@@ -2576,7 +2576,7 @@ inline bool split_screen_supported(const fold_kvcache_t &c, const fold_decode_pa
 template <int NP, bool F16>
 __global__ void __launch_bounds__(kRingThreads, 2)
     decode_split_screen_kernel(const __grid_constant__ CUtensorMap amap,
-                               const __grid_constant__ CUtensorMap smap, const fold_kvcache_t c,
+                               const __grid_constant__ CUtensorMap smap, const DecodeCache c,
                                const fold_decode_params_t p, const Ws ws, const int pass,
                                int64_t *stats) {
   pdl_wait();
@@ -2945,7 +2945,7 @@ inline size_t combine_smem_bytes(int S, int64_t grid_blocks, int ept = 1) {
 // lse = log2(2^lse_keys + 2^(sink log2 e)) (log2_add_exp2) and its output N / T is scaled by
 // r = 2^(lse_keys - lse), as finish() does; a -inf sink gives r = 1 and the bits of no sink.
 template <int EPT = 1, bool EXT = false>
-__device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+__device__ __forceinline__ void combine_item(const DecodeCache &c, const fold_decode_params_t &p,
                                              const Ws &ws, const fold_tensor_t &out, float *lse,
                                              const int pass, const int hk, const int b,
                                              const int zb) {
@@ -3086,7 +3086,7 @@ __device__ __forceinline__ void combine_item(const fold_kvcache_t &c, const fold
 // write, so no block waits for another; the guard's rare path pays the repeated work instead of
 // a launch on every step). With a window (window = window_before, EXT instances; else 0): over
 // the window's keys [F, L) (decode_step.cpp's exact_lse).
-__device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_decode_params_t &p,
+__device__ __forceinline__ void fixup_group(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int hk, const int b, int window) {
   __shared__ __align__(16) int8_t qa[256];
   __shared__ __align__(16) int8_t qb[256];
@@ -3146,7 +3146,7 @@ __device__ __forceinline__ void fixup_group(const fold_kvcache_t &c, const fold_
 // EXT: a step with a window or sinks (combine_item).
 template <bool EXT = false>
 __global__ void __launch_bounds__(kThreads)
-    decode_combine_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+    decode_combine_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                           const fold_tensor_t out, float *lse) {
   pdl_wait();
   combine_item<1, EXT>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -3157,7 +3157,7 @@ __global__ void __launch_bounds__(kThreads)
 // 40: six blocks per SM).
 template <bool EXT = false>
 __global__ void __launch_bounds__(kThreads, 8)
-    decode_combine2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+    decode_combine2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                            const fold_tensor_t out, float *lse) {
   pdl_wait();
   combine_item<2, EXT>(c, p, ws, out, lse, 0, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -3232,7 +3232,7 @@ __device__ __forceinline__ bool last_block_of(int32_t *count, int total) {
 // Pass 1 after split s of the flagged group (b, hk) (decode_split_kernel's list mode): the last
 // of the group's splits to finish combines the group, block after block of the pass-0 combine's
 // grid (the same sums in the same order). The guard's rare path: one block does it serially.
-__device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
+__device__ __forceinline__ void combine_pass1_if_last(const DecodeCache &c,
                                                       const fold_decode_params_t &p, const Ws &ws,
                                                       const fold_tensor_t &out, float *lse,
                                                       const int s, const int hk, const int b) {
@@ -3248,7 +3248,7 @@ __device__ __forceinline__ void combine_pass1_if_last(const fold_kvcache_t &c,
   }
 }
 // The same for a step with a window or sinks (decode_split_kernel's EXT): combine_item's EXT.
-__device__ __forceinline__ void combine_pass1_if_last_ext(const fold_kvcache_t &c,
+__device__ __forceinline__ void combine_pass1_if_last_ext(const DecodeCache &c,
                                                           const fold_decode_params_t &p,
                                                           const Ws &ws, const fold_tensor_t &out,
                                                           float *lse, const int s, const int hk,
@@ -3288,7 +3288,7 @@ Ws carve(const DecodeWorkspace &w) {
   return ws;
 }
 
-void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int units_rows, int units,
+void launch_append_kernels(const DecodeCache &c, const AppendArgs &a, int units_rows, int units,
                            cudaStream_t stream) {
   if (c.v8) {
     append_v8_exp_kernel<<<dim3(units, c.n_kv_heads), kThreads, 0, stream>>>(c, a);
@@ -3303,9 +3303,10 @@ void launch_append_kernels(const fold_kvcache_t &c, const AppendArgs &a, int uni
 
 }  // namespace
 
-void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_tokens,
+void launch_kvcache_append(const fold_kvcache_t &cache, int32_t request, int32_t n_tokens,
                            fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
+  const DecodeCache c = device_view(cache);
   const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr, nullptr};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
@@ -3314,7 +3315,7 @@ void launch_kvcache_append(const fold_kvcache_t &c, int32_t request, int32_t n_t
 namespace {
 // The ring kernel's instance: head dim, row blocks rounded up to a power of two, value format.
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
-                            const CUtensorMap, const CUtensorMap, const fold_kvcache_t,
+                            const CUtensorMap, const CUtensorMap, const DecodeCache,
                             const fold_decode_params_t, const Ws, const int, int64_t *, const int,
                             const int32_t *, const int);
 template <int NP, bool F16, bool V8 = false>
@@ -3396,11 +3397,12 @@ void launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
 }
 }  // namespace
 
-void launch_decode(const fold_kvcache_t &c, const fold_decode_params_t &p, fold_tensor_t q,
+void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, fold_tensor_t q,
                    fold_tensor_t k_step, fold_tensor_t v_step, fold_tensor_t out, float *lse,
                    int64_t *stats, void *workspace, void *stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const DecodeWorkspace w = decode_workspace(c, p.n_heads, workspace);
+  const DecodeCache c = device_view(cache);
+  const DecodeWorkspace w = decode_workspace(cache, p.n_heads, workspace);
   const Ws ws = carve(w);
   // No memset: the front resets the step's counters and `stats` (decode_front_kernel).
   const bool appended = k_step.data != nullptr;

@@ -104,8 +104,8 @@ struct Split2Plan {
 // FOLD_DECODE_SPLIT2_OCC, split2_kernel_dt, forces a block count and turns the threshold off).
 // blocks: the split grid's (splits x KV heads x batch), sms: the device's SM count. Scheduling
 // only: every form gives the same bits (test_decode_split2_same_bits and _occupancy_same_bits).
-inline Split2Plan split2_plan(const fold_kvcache_t &c, const fold_decode_params_t &p,
-                              int64_t blocks, int sms) {
+inline Split2Plan split2_plan(const DecodeCache &c, const fold_decode_params_t &p, int64_t blocks,
+                              int sms) {
   Split2Plan plan;
   const char *v = std::getenv("FOLD_DECODE_SPLIT2");
   if (v != nullptr && std::strcmp(v, "0") == 0) return plan;
@@ -210,7 +210,7 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
 // the group), the value product on the tensor cores (pv_mma_chunk_acc_at's V8 form), N times
 // 2^v_exp at the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
 template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false>
-__device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_decode_params_t &p,
+__device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
                                             const int32_t *lengths) {
@@ -823,7 +823,7 @@ __device__ __forceinline__ void split2_item(const fold_kvcache_t &c, const fold_
 template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1,
           bool V8 = false>
 __global__ void __launch_bounds__(kThreads, MINB)
-    decode_split2_kernel(const fold_kvcache_t c, const fold_decode_params_t p, const Ws ws,
+    decode_split2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats, const int32_t *lengths) {
   // (split2_item waits for the front once its first loads are in flight.)
   split2_item<NP, SA, WIDE, RB, F16, V8>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z,
@@ -831,7 +831,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
   pdl_trigger();
 }
 
-using Split2Kernel = void (*)(const fold_kvcache_t, const fold_decode_params_t, const Ws, int64_t *,
+using Split2Kernel = void (*)(const DecodeCache, const fold_decode_params_t, const Ws, int64_t *,
                               const int32_t *);
 
 // The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80

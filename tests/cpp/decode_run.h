@@ -22,6 +22,7 @@ using fold::to_float;
 
 struct Cache {
   int B, Hk, D, P, max_len, page = 64, ppr;
+  int pinned = 0;  // fold_kvcache_t::pinned_window
   bool v8;
   std::vector<int8_t> ka, kb;
   std::vector<uint16_t> ks;
@@ -74,6 +75,7 @@ struct Cache {
     c.heavy_keys = heavy.data();
     c.page_table = pt.data();
     c.lengths = len.data();
+    c.pinned_window = pinned;
     return c;
   }
   // Activates slot b and appends k, v ([n][Hk][D] floats, rounded to bf16).

@@ -1,0 +1,39 @@
+// A cache pinned to one sliding window (fold_kvcache_t::pinned_window = w > 0) forgets each
+// request's keys before kept(L), the first token of the page that holds key L - w: no later
+// step reads them (a windowed step at length L' >= L starts at key L' - w, in that page or a
+// later one, and its first 64-key chunk never starts before its page), so the writers keep no
+// state that would read them (the heavy-key list, a v8 re-scale) and the caller may release
+// their pages.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace fold::decode {
+
+// kept(L) for a request of L keys under pinned window w (0: not pinned, kept = 0).
+FOLD_HD int32_t pinned_kept(int32_t L, int32_t w, int32_t page_size) {
+  if (w <= 0 || L <= w) return 0;
+  return (L - w) / page_size * page_size;
+}
+
+// Removes the heavy-list entries in [0, first) (keys the cache forgets), moving the rest up in
+// order and filling the end with -1. sc (the entries' scales, kept beside idx) may be null.
+// Other entries (-1 or beyond the request: only a hand-made cache has the latter) stay.
+template <int N>
+FOLD_HD void heavy_forget_before(int32_t *idx, uint16_t *sc, int32_t first) {
+  int out = 0;
+  for (int e = 0; e < N; ++e) {
+    if (idx[e] >= 0 && idx[e] < first) continue;
+    idx[out] = idx[e];
+    if (sc != nullptr) sc[out] = sc[e];
+    ++out;
+  }
+  for (; out < N; ++out) {
+    idx[out] = -1;
+    if (sc != nullptr) sc[out] = 0;
+  }
+}
+
+}  // namespace fold::decode
