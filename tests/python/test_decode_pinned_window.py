@@ -57,19 +57,22 @@ def test_pages_before_the_window_go_back_to_the_pool():
 def test_returning_the_pages_changes_no_bit(v8, depth, monkeypatch):
     left = 200
     q, k, v = synth(3, 2, 4, 64, 1400, seed=32)
-    v[1, 1100] *= 24.0  # a late large value: v8's scale grows (re-scaling the kept keys)
+    v[:, 1098] *= 24.0  # a late large value (a step's): v8's scale grows, re-scaling kept keys
 
     def play(cache):
         qs = torch.randn(3, 8, 64, generator=torch.Generator().manual_seed(5)).bfloat16()
         cu = torch.tensor([0, 300, 301, 950], dtype=torch.int32)
         rows = lambda x: torch.cat([x[0, :300], x[1, :1], x[2, :649]])  # noqa: E731
         results = [cache.prefill(rows(q.new_zeros(3, 1400, 8, 64)), rows(k), rows(v), cu)]
+        exps = cache.v_exp.clone()
         for t in range(650, 1300, 7):
             kt, vt = k[:, t], v[:, t]
             results += list(fa.fold_attn_with_kvcache(qs, cache, kt, vt, return_lse=True))
             results.append(torch.tensor(list(cache.stats().values()), dtype=torch.float64))
             if t == 860:
                 cache.extend(2, k[2, 700:760], v[2, 700:760])
+        if v8:
+            assert (cache.v_exp > exps).all()  # every request's scale grew at t = 1098
         return [bits16(x) for x in results], cache.heavy_keys.clone()
 
     returned, heavy_r = play(_pinned(left, v8, depth=depth, B=3))
