@@ -20,7 +20,9 @@ dropout and soft-capping are not supported and raise, as does a padding mask on 
 Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLayerCaches(...)``
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
 then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts
-of causal decoders (a padding mask with them raises).
+of causal decoders (a padding mask with them raises). ``pin_windows=True`` (to generate or
+FoldLayerCaches) pins each sliding layer's cache to its window, with a pool of a few pages
+(CPU caches only in this build).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from .decode import FoldKVCache, fold_attn_with_kvcache
-from ._validate import require_int
+from ._validate import require_flag, require_int
 from .training import fold_attn_func, fold_attn_varlen_func
 
 NAME = "fold"
@@ -198,23 +200,49 @@ class FoldLayerCaches:
 
     A forward with more than one token prefills (all requests with the same prompt length);
     a forward with one token appends it and attends over each layer's cache.
+
+    pin_windows: each sliding-window layer's cache is pinned to its window
+    (FoldKVCache(window_size=...)): a request keeps only its window's pages, from a pool of
+    window_num_pages pages (default: batch x (2 ceil(window / page_size) + 2), what prefill's
+    chunks and the steps can hold at once). The caches are then made at each layer's first
+    forward, when its window is known (``layers[i]`` is None until then). CPU caches only in this
+    build (FoldKVCache's window_size). cache_kwargs go to every layer's FoldKVCache.
     """
 
     def __init__(self, config, batch, max_len, depth=16, v8=False, dtype=torch.bfloat16,
-                 device="cpu", **cache_kwargs):
+                 device="cpu", pin_windows=False, window_num_pages=None, **cache_kwargs):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.dtype = dtype
         self.max_len = max_len
-        self.layers = [
-            FoldKVCache(batch, config.num_attention_heads, config.num_key_value_heads, head_dim,
-                        max_len, depth=depth, v8=v8, dtype=dtype, device=device, **cache_kwargs)
-            for _ in range(config.num_hidden_layers)
-        ]
+        self.pin_windows = require_flag(pin_windows, "pin_windows", "FoldLayerCaches")
+        if window_num_pages is not None:
+            window_num_pages = require_int(window_num_pages, "window_num_pages", "FoldLayerCaches",
+                                           minimum=1)
+        self.window_num_pages = window_num_pages
+        self._args = (batch, config.num_attention_heads, config.num_key_value_heads, head_dim, max_len)
+        self._kwargs = dict(depth=depth, v8=v8, dtype=dtype, device=device, **cache_kwargs)
+        self.layers = [None if self.pin_windows else FoldKVCache(*self._args, **self._kwargs)
+                       for _ in range(config.num_hidden_layers)]
+
+    def _layer(self, idx: int, window_size) -> FoldKVCache:
+        """Layer idx's cache; with pin_windows, made at its first forward (pinned to its window
+        if it has one)."""
+        cache = self.layers[idx]
+        if cache is None:
+            kw = dict(self._kwargs)
+            if 0 <= window_size[0] and window_size[0] + 1 < self.max_len:  # (a window that hides keys)
+                kw["window_size"] = window_size
+                page = kw.get("page_size", 256)
+                w = -(-(window_size[0] + 1) // page)
+                kw["num_pages"] = self.window_num_pages or min(
+                    self._args[0] * (2 * w + 2), self._args[0] * -(-self.max_len // page))
+            cache = self.layers[idx] = FoldKVCache(*self._args, **kw)
+        return cache
 
     def attend(self, module, q, k, v, scaling, window_size=(-1, -1), sinks=None):
         """q (B, S, H, D), k/v (B, S, Hkv, D) of one layer's new tokens -> (B, S, H, D), with
         the layer's sliding window and attention sinks (prefill and steps alike)."""
-        cache = self.layers[module.layer_idx]
+        cache = self._layer(module.layer_idx, window_size)
         if scaling is not None and abs(scaling - cache.softmax_scale) > 1e-6 * cache.softmax_scale:
             raise ValueError(f"FoldLayerCaches: the layer's scaling {scaling} differs from the "
                              f"cache's softmax_scale {cache.softmax_scale}")
@@ -233,7 +261,7 @@ class FoldLayerCaches:
 
     def stats(self) -> dict:
         """Mean over layers of each FoldKVCache's last-step statistics."""
-        rows = [c.stats() for c in self.layers]
+        rows = [c.stats() for c in self.layers if c is not None]
         keys = ("live_frac", "refine_frac", "v_refine_frac", "bytes_per_key")
         return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
 

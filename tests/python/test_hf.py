@@ -469,3 +469,28 @@ def test_gpt_oss_generation_through_fold_caches_matches_eager():
     _, cut_logits, stats = fold_hf.generate(model, ids, 6, depth=16, forced=ref_tokens)
     assert (cut_logits - ref_logits).abs().max() < 0.05
     assert 0.0 < stats["live_frac"] <= 1.0
+
+
+def test_gpt_oss_generation_with_pinned_window_caches():
+    """pin_windows: the sliding layers' caches are pinned to their window (8 keys) and keep a
+    pool of a few pages, the full layers keep theirs; the logits match transformers' eager
+    recomputation as the unpinned caches' do."""
+    model = _gpt_oss("eager", head_dim=64)
+    ids = torch.randint(0, 97, (2, 70))
+    ref_tokens, ref_logits = _greedy_reference(model, ids, 6, impl="eager")
+    tokens, logits, _ = fold_hf.generate(model, ids, 6, depth=16, forced=ref_tokens, pin_windows=True,
+                                         page_size=64)
+    assert (logits - ref_logits).abs().max() < 0.05
+    assert (logits.argmax(-1) == ref_logits.argmax(-1)).float().mean() >= 0.9
+    fold_hf.register()
+    model.config._attn_implementation = fold_hf.NAME
+    caches = fold_hf.FoldLayerCaches(model.config, 2, 600, depth=16, pin_windows=True, page_size=64)
+    assert caches.layers == [None, None]
+    model(ids, position_ids=torch.arange(70).expand(2, 70), use_cache=False, fold_caches=caches)
+    sliding, full = caches.layers
+    assert sliding.window_size == (7, 7) and full.window_size is None
+    assert sliding.num_pages == 2 * (2 * 1 + 2) and full.num_pages == 2 * 10
+    # keys 62..69 lie on pages 0 and 1: two pages per request, against 2 of 20 on the full layer
+    assert sliding.free_pages == 8 - 2 * 2 and full.free_pages == 20 - 2 * 2
+    with pytest.raises(TypeError, match="pin_windows"):
+        fold_hf.FoldLayerCaches(model.config, 2, 600, pin_windows="yes")
