@@ -24,6 +24,8 @@
  * kept(t) leave the list, the rest keep their order) and a v8 re-scale re-quantises keys from
  * kept(L) on. No call reads a page below kept(L) / page_size then, so the caller may release
  * those pages (page_table entries set to -1, the pages reused by other requests).
+ * (pinned_window was added after version 0.1.0's first release: a caller that fills the
+ * struct field by field must zero-initialise it, e.g. `fold_kvcache_t c{}` or memset.)
  */
 #ifndef FOLD_ATTENTION_DECODE_H_
 #define FOLD_ATTENTION_DECODE_H_

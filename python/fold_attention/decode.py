@@ -388,11 +388,13 @@ class FoldKVCache:
 
     def pages_needed(self, request, tokens=1) -> int:
         """Pages request `request` (active) would take from the pool to append `tokens` more
-        tokens (0 while its last page has room)."""
+        tokens (0 while its last page has room): for a cache pinned to a window, at the peak of
+        the append's chunks (pages go back between them)."""
         fn = "FoldKVCache.pages_needed"
         b = self._check_request(request, fn)
-        n = require_int(tokens, "tokens", fn, minimum=0, maximum=self.max_len)
-        return self._new_pages(b, int(self.lengths[b]) + n)
+        room = self.max_len - int(self.lengths[b])
+        n = require_int(tokens, "tokens", fn, minimum=0, maximum=room)
+        return self._append_pages(b, n)
 
     def _new_pages(self, b: int, length: int) -> int:
         return max(0, -(-length // self.page_size) - self._reserved[b])
@@ -421,6 +423,16 @@ class FoldKVCache:
             row[i] = self._free_pages.pop()
         self._reserved[b] = needed
         self.page_table[b, have:needed] = torch.tensor(row[have:needed], dtype=torch.int32)
+
+    def _unreserve(self, b: int, have: int) -> None:
+        """Undoes _reserve back to `have` logical pages (pages returned in the order they were
+        taken, so the free list is as it was)."""
+        row = self._pages_host[b]
+        for i in range(self._reserved[b] - 1, have - 1, -1):
+            self._free_pages.append(row[i])
+            row[i] = -1
+        self.page_table[b, have:self._reserved[b]] = -1
+        self._reserved[b] = have
 
     def _forget_early_pages(self, b: int, length: int) -> None:
         """A pinned cache: returns request b's pages below kept(length) (decode.h) to the pool.
@@ -778,6 +790,13 @@ class FoldKVCache:
             self.depth, self.refine_band, self.refine_band + V_REFINE_EXTRA,
         )
 
+    def __setstate__(self, state: dict) -> None:
+        # A cache pickled before pools and pinned windows existed: neither.
+        state.setdefault("_forgotten", [0] * state["batch"])
+        state.setdefault("_pinned", 0)
+        state.setdefault("window_size", None)
+        self.__dict__.update(state)
+
     def __getstate__(self) -> dict:
         # The C descriptor holds raw pointers into this cache's buffers: a copy (deepcopy,
         # pickle) builds its own from its own buffers.
@@ -790,7 +809,7 @@ class FoldKVCache:
             f"FoldKVCache(batch={self.batch}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"head_dim={self.head_dim}, max_len={self.max_len}, depth={self.depth}, v8={self.v8}, "
             f"page_size={self.page_size}, dtype={self.dtype}, num_pages={self.num_pages}, "
-            f"free_pages={self.free_pages}, active={len(self.active)})"
+            f"free_pages={self.free_pages}, window_size={self.window_size}, active={len(self.active)})"
         )
 
 
@@ -859,8 +878,9 @@ def _step_sinks(sinks, cache: FoldKVCache, fn: str):
 
 
 def _check_sink_values(sinks, fn: str) -> None:
-    """A CUDA cache's sinks, finite or -inf each (the C reference checks a CPU step's; the CUDA
-    step reads them on the device unchecked): one device read, on eager steps only."""
+    """The sinks, finite or -inf each (the CUDA step reads them on the device unchecked; the C
+    reference checks a CPU step's, but only after the step has taken its pages): one device
+    read, on eager steps only."""
     bad = ~(torch.isfinite(sinks) | (sinks == float("-inf")))
     if bool(bad.any()):
         h = int(bad.nonzero()[0, 0])
@@ -917,7 +937,7 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
         # below took ~89 us of a 178 us batch-1 step). CPU, or FOLD_DECODE_PRECHECK=0 (A/B runs):
         # the lengths read, then one torch test over the inputs (the C++ reference tests q).
         precheck = cache.is_cuda and os.environ.get("FOLD_DECODE_PRECHECK", "1") != "0"
-        if cache.is_cuda and sinks is not None:
+        if sinks is not None:  # (before any page is taken; the C reference would refuse it later)
             _check_sink_values(sinks, fn)
         if precheck:
             lengths, nonfinite = decode_precheck_cuda(q, k, v, *cache._step_buffers(), desc=cache._c_desc())
@@ -958,16 +978,24 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
             # _check_values below does).
             if ka is not None and cache.is_cuda and cache.v_scale is None:
                 cache._check_keys(ka, fn, "k_step")
+        opened = []  # (request, its reserved pages before the step)
         if k is not None:
-            if cache.v_scale is not None:
-                cache._check_keys(ka, fn, "k_step")
+            if cache.v_scale is not None:  # (V beyond the fixed scale: before any page is taken)
+                cache._check_values(ka, va, fn, "k_step", "v_step")
             # Every page the step opens, counted before any is taken: a pool that cannot give
             # them all leaves the cache as it was.
             opening = [b for b in active if cache._new_pages(b, lengths[b] + 1)]
             cache._require_pages(len(opening), fn, f"appending a token to {len(opening)} requests")
             for b in opening:
+                opened.append((b, cache._reserved[b]))
                 cache._reserve(b, lengths[b] + 1, fn)
-    out, lse = cache._step(q, k, v, window_before, sinks)
+    try:
+        out, lse = cache._step(q, k, v, window_before, sinks)
+    except Exception:
+        if host:  # a step the library refused appended nothing: its pages go back
+            for b, have in reversed(opened):
+                cache._unreserve(b, have)
+        raise
     if host and cache._pinned and k is not None:  # (a compiled or captured step keeps its pages)
         for b in active:
             cache._forget_early_pages(b, lengths[b] + 1)

@@ -3,6 +3,7 @@
 #include "decode/decode_cpu.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -14,6 +15,12 @@
 #include "decode/pinned_window.h"
 #include "decode/v8_planes.h"
 #include "fold_attention/decode.h"
+
+// The Python binding (_decode_lib.FoldKVCacheDesc) mirrors this layout with ctypes; its test
+// checks the same offsets from the other side.
+static_assert(sizeof(fold_kvcache_t) == 136, "fold_kvcache_t layout changed");
+static_assert(offsetof(fold_kvcache_t, lengths) == 120, "layout changed");
+static_assert(offsetof(fold_kvcache_t, pinned_window) == 128, "layout changed");
 
 namespace fold::cpu {
 

@@ -22,7 +22,8 @@ PAGE = 64
 def _state(cache):
     """Everything a failed operation must leave unchanged: the buffers and the host's books."""
     bufs = {n: getattr(cache, n).clone() for n in CACHE_STATE if getattr(cache, n) is not None}
-    books = (list(cache._free_pages), [list(r) for r in cache._pages_host], list(cache._reserved))
+    books = (list(cache._free_pages), [list(r) for r in cache._pages_host], list(cache._reserved),
+             list(cache._forgotten))
     return bufs, books
 
 
@@ -30,7 +31,8 @@ def _assert_state(cache, state):
     bufs, books = state
     for name, x in bufs.items():
         assert torch.equal(getattr(cache, name), x), name
-    assert (list(cache._free_pages), [list(r) for r in cache._pages_host], list(cache._reserved)) == books
+    assert (list(cache._free_pages), [list(r) for r in cache._pages_host], list(cache._reserved),
+            list(cache._forgotten)) == books
 
 
 @pytest.mark.parametrize("depth,v8", [(None, False), (16.0, False), (12.0, True)])

@@ -101,7 +101,7 @@ def test_calls_take_the_caches_window():
             fa.fold_attn_with_kvcache(q, cache, window_size=other)
     with pytest.raises(ValueError, match="window_size"):
         cache.prefill_request(cache.add_request(), q[:1], k[:1], k[:1], window_size=(-1, -1))
-    assert "window_size" in repr(cache) or cache.window_size == (99, 0)
+    assert "window_size=(99, 0)" in repr(cache)
 
 
 def test_a_window_that_hides_nothing_pins_nothing():
@@ -148,10 +148,10 @@ def test_compiled_steps_give_the_eager_bits():
     torch._dynamo.reset()
     q, k, v = synth(3, 2, 4, 64, 400, seed=34)
     caches = []
-    for _ in range(2):
+    for reserve in (0, 400):  # the eager steps take their pages as they go
         c = _pinned(99, B=3, max_len=400)
         for b, n in enumerate((300, 1, 130)):
-            assert c.add_request(length=400) == b
+            assert c.add_request(length=reserve) == b
             c.extend(b, k[b, :n], v[b, :n])
         caches.append(c)
     eager, compiled = caches
@@ -169,3 +169,73 @@ def test_compiled_steps_give_the_eager_bits():
     assert torch.equal(eager.heavy_keys, compiled.heavy_keys)
     assert eager.free_pages > compiled.free_pages  # only the eager steps returned pages
     assert eager.page_table[0, :4].tolist() == [-1] * 4
+
+
+def test_pages_needed_is_the_appends_peak():
+    """A pinned cache's long append is written in chunks, pages going back between them:
+    pages_needed is the peak, and the append fits a pool with exactly that many free."""
+    k = torch.randn(1000, 2, 64).bfloat16()
+    for spare in (0, -1):
+        cache = _pinned(127, num_pages=8)
+        b = cache.add_request()
+        need = cache.pages_needed(b, 1000)
+        assert need == 4  # 2 pages of window + a 2-page chunk
+        cache.add_request(length=64 * (8 - need - spare))  # leaves need + spare pages free
+        if spare == 0:
+            cache.extend(b, k, k)
+            assert cache.length(b) == 1000
+        else:
+            with pytest.raises(fa.PagePoolExhausted):
+                cache.extend(b, k, k)
+            assert cache.length(b) == 0 and cache.free_pages == need - 1
+    with pytest.raises(ValueError, match="tokens"):
+        cache.pages_needed(b, 3001)
+
+
+def _books(cache):
+    return (cache.free_pages, list(cache._reserved), list(cache._forgotten),
+            cache.page_table.clone(), cache.lengths.clone())
+
+
+def _same_books(a, b):
+    assert a[:3] == b[:3] and torch.equal(a[3], b[3]) and torch.equal(a[4], b[4])
+
+
+@pytest.mark.parametrize("case", ["v_scale", "nan_sink", "pool"])
+def test_a_refused_step_takes_no_page(case):
+    """A step refused for its values (V beyond a fixed v_scale, a NaN sink) or for the pool
+    leaves the pages and lengths as they were (a pinned cache's page returns included)."""
+    kw = dict(v8=True, v_scale=1.0) if case == "v_scale" else {}
+    cache = fa.FoldKVCache(2, 8, 2, 64, 3000, page_size=PAGE, window_size=(99, 0),
+                           num_pages=5 if case == "pool" else 8, **kw)
+    k = torch.randn(300, 2, 64).bfloat16().clamp(-3, 3)
+    for n in (256, 192):  # both requests at a page's end: the step opens two pages
+        cache.extend(cache.add_request(), k[:n], k[:n])
+    before = _books(cache)
+    q, ks = torch.randn(2, 8, 64).bfloat16(), k[:2]
+    vs, sinks = ks.clone(), None
+    if case == "v_scale":
+        vs[1, 0, 0] = 1000.0
+    elif case == "nan_sink":
+        sinks = torch.zeros(8)
+        sinks[3] = float("nan")
+    exc = fa.PagePoolExhausted if case == "pool" else ValueError
+    with pytest.raises(exc):
+        fa.fold_attn_with_kvcache(q, cache, ks, vs, sinks=sinks)
+    _same_books(before, _books(cache))
+
+
+def test_a_cache_pickled_before_pinned_windows_loads():
+    import pickle
+
+    cache = fa.FoldKVCache(2, 8, 2, 64, 512, page_size=PAGE)
+    cache.extend(cache.add_request(), torch.randn(70, 2, 64).bfloat16(), torch.randn(70, 2, 64).bfloat16())
+    state = cache.__getstate__()
+    for name in ("_forgotten", "_pinned", "window_size"):  # what an older cache's state lacks
+        del state[name]
+    old = fa.FoldKVCache.__new__(fa.FoldKVCache)
+    old.__setstate__(state)
+    copy = pickle.loads(pickle.dumps(old))
+    k = torch.randn(2, 2, 64).bfloat16()
+    out = fa.fold_attn_with_kvcache(torch.randn(2, 8, 64).bfloat16(), copy, k, k)
+    assert copy.length(0) == 71 and bool(torch.isfinite(out).all())

@@ -73,6 +73,10 @@ def test_struct_layout_matches_header():
 
     assert ctypes.sizeof(_lib.FoldTensor) == 32
     assert ctypes.sizeof(_lib.FoldAttnProblem) == 64
+    from fold_attention._decode_lib import FoldKVCacheDesc
+
+    assert ctypes.sizeof(FoldKVCacheDesc) == 136  # decode_cpu.cpp's static_asserts
+    assert FoldKVCacheDesc.lengths.offset == 120 and FoldKVCacheDesc.pinned_window.offset == 128
     assert _lib.FoldAttnProblem.cu_seqlens.offset == 8
     assert _lib.FoldAttnProblem.total_tokens.offset == 16
     assert _lib.FoldAttnProblem.softmax_scale.offset == 44
