@@ -996,9 +996,9 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
             for b, have in reversed(opened):
                 cache._unreserve(b, have)
         raise
-    if host and cache._pinned and k is not None:  # (a compiled or captured step keeps its pages)
-        for b in active:
-            cache._forget_early_pages(b, lengths[b] + 1)
+    if host and cache._pinned:  # (a compiled or captured step keeps its pages: the next eager one
+        for b in active:         # returns what they left)
+            cache._forget_early_pages(b, lengths[b] + (k is not None))
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out

@@ -169,6 +169,9 @@ def test_compiled_steps_give_the_eager_bits():
     assert torch.equal(eager.heavy_keys, compiled.heavy_keys)
     assert eager.free_pages > compiled.free_pages  # only the eager steps returned pages
     assert eager.page_table[0, :4].tolist() == [-1] * 4
+    # An eager step without an append returns what the compiled ones kept.
+    fa.fold_attn_with_kvcache(qs, compiled)
+    assert compiled.page_table[0, :4].tolist() == [-1] * 4
 
 
 def test_pages_needed_is_the_appends_peak():
