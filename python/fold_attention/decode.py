@@ -589,6 +589,22 @@ class FoldKVCache:
                 forgotten = max(forgotten, (hi - self._pinned) // self.page_size)
         return peak, reserved - forgotten
 
+    def _steps_pages(self, active, lengths, n: int) -> int:
+        """Pages n steps that append to every active request take from the pool at their peak
+        (a pinned cache returns pages after each step)."""
+        reserved = {b: self._reserved[b] for b in active}
+        forgotten = {b: self._forgotten[b] for b in active}
+        now = peak = sum(reserved[b] - forgotten[b] for b in active)
+        for i in range(1, n + 1):
+            for b in active:
+                reserved[b] = max(reserved[b], -(-(lengths[b] + i) // self.page_size))
+            peak = max(peak, sum(reserved[b] - forgotten[b] for b in active))
+            if self._pinned:
+                for b in active:
+                    if lengths[b] + i > self._pinned:
+                        forgotten[b] = max(forgotten[b], (lengths[b] + i - self._pinned) // self.page_size)
+        return peak - now
+
     def _append_pages(self, b: int, n: int) -> int:
         """Pages appending n tokens to request b takes from the pool at its peak."""
         held = self._reserved[b] - self._forgotten[b]
@@ -892,11 +908,17 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     """Optionally append one token per active request to `cache`, then attend over it.
 
     Args:
-        q_step: (batch, n_heads, head_dim) or (batch, 1, n_heads, head_dim), the cache's dtype.
+        q_step: (batch, n_heads, head_dim) or (batch, 1, n_heads, head_dim), the cache's dtype;
+            or (batch, n, n_heads, head_dim) with n > 1: n new tokens per request (a chunk
+            after a request's history, a speculative draft), run as n steps, each appending
+            token i of every active request and attending its query i, so that query i sees
+            its request's cache up to itself (causal). k_step / v_step are then required.
         cache: a FoldKVCache.
         k_step, v_step: None, or the new token's keys/values (batch, n_kv_heads, head_dim)
-            or (batch, 1, n_kv_heads, head_dim); rows of free slots are ignored.
-        return_lse: also return the natural-log LSE, float32 (batch, n_heads).
+            or (batch, 1, n_kv_heads, head_dim), or (batch, n, n_kv_heads, head_dim) with n
+            tokens; rows of free slots are ignored.
+        return_lse: also return the natural-log LSE, float32 (batch, n_heads), or (batch, n,
+            n_heads) for n > 1 tokens.
         window_size: FlashAttention's (left, right): the query, its request's newest token,
             sees that request's last left + 1 keys (the appended one included); -1: all.
             right has nothing to hide in a decode step. A window hides no key's mass: keys
@@ -919,6 +941,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     if not isinstance(cache, FoldKVCache):
         raise TypeError(f"{fn}: cache must be a FoldKVCache, got {type(cache).__name__}")
     return_lse = require_flag(return_lse, "return_lse", fn)
+    if isinstance(q_step, torch.Tensor) and q_step.dim() == 4 and q_step.shape[1] > 1:
+        return _tokens(q_step, cache, k_step, v_step, return_lse, window_size, sinks, fn)
     window_before = _step_window(window_size, cache, fn)
     sinks = _step_sinks(sinks, cache, fn)
     q, four = _step_rows(q_step, "q_step", fn, cache, cache.n_heads)
@@ -1002,6 +1026,58 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     if four:
         out = out.unsqueeze(1)
     return (out, lse) if return_lse else out
+
+
+def _tokens(q, cache: FoldKVCache, k, v, return_lse: bool, window_size, sinks, fn: str):
+    """n > 1 new tokens per request (q (batch, n, H, D), k / v (batch, n, H_kv, D)): n steps, the
+    i-th appending token i of every active request and attending its query i, so that each
+    query sees its request's cache up to itself (a chunk after a request's history, or a
+    speculative decoding draft). Every check the steps would make (lengths, values, pages) runs
+    first over all n tokens, so a refused call changes nothing."""
+    B, n, D = cache.batch, q.shape[1], cache.head_dim
+    if k is None or v is None:
+        raise ValueError(f"{fn}: queries of {n} tokens per request need k_step and v_step (their "
+                         "keys and values, appended one token per step)")
+    for name, x, heads in (("q_step", q, cache.n_heads), ("k_step", k, cache.n_kv_heads),
+                           ("v_step", v, cache.n_kv_heads)):
+        x = require_tensor(x, name, fn)
+        if x.dtype != cache.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {x.dtype} but the cache holds {cache.dtype}")
+        if x.device != cache.device:
+            _require_cpu(x.device, name, fn, cache.device)
+        if tuple(x.shape) != (B, n, heads, D):
+            raise ValueError(f"{fn}: {name} must have shape {(B, n, heads, D)} (q_step holds {n} "
+                             f"tokens per request), got {tuple(x.shape)}")
+    _step_window(window_size, cache, fn)
+    sinks_checked = _step_sinks(sinks, cache, fn)
+    host = not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing())
+    if host:
+        lengths = cache.lengths.tolist()
+        active = [b for b, x in enumerate(lengths) if x >= 0]
+        for b in active:
+            if lengths[b] + n > cache.max_len:
+                raise ValueError(f"{fn}: request {b} holds {lengths[b]} tokens: {n} more exceed "
+                                 f"max_len {cache.max_len}")
+        if active:
+            idx = torch.tensor(active, dtype=torch.long, device=q.device)
+            qa, ka, va = q[idx], k[idx], v[idx]
+            for name, x in (("q_step", qa), ("k_step", ka), ("v_step", va)):
+                if not bool(torch.isfinite(x).all()):
+                    raise ValueError(f"{fn}: {name} holds a non-finite value")
+            cache._check_values(ka.reshape(-1, cache.n_kv_heads, D), va.reshape(-1, cache.n_kv_heads, D),
+                                fn, "k_step", "v_step")
+        if sinks_checked is not None:
+            _check_sink_values(sinks_checked, fn)
+        cache._require_pages(cache._steps_pages(active, lengths, n), fn,
+                             f"appending {n} tokens to {len(active)} requests")
+    outs, lses = [], []
+    for i in range(n):
+        o, lse = fold_attn_with_kvcache(q[:, i], cache, k[:, i], v[:, i], return_lse=True,
+                                        window_size=window_size, sinks=sinks)
+        outs.append(o)
+        lses.append(lse)
+    out = torch.stack(outs, 1)
+    return (out, torch.stack(lses, 1)) if return_lse else out
 
 
 def _needs_op(*tensors) -> bool:
