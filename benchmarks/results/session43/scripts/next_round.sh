@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prepared in session 43 (no device lent): the next session's first two calls,
+# Prepared in session 43 (no device lent): the next session's first three calls,
 #   OUT=$OUT bash benchmarks/results/session43/scripts/next_round.sh a    (training, main's tests)
-#   OUT=$OUT bash benchmarks/results/session43/scripts/next_round.sh b    (decode: q43)
+#   OUT=$OUT bash benchmarks/results/session43/scripts/next_round.sh b    (decode hashes: m43, q43)
+#   OUT=$OUT bash benchmarks/results/session43/scripts/next_round.sh c    (q43's tests and timing)
 # with carry [".ab"]. Libraries:
 #   m43  main's build (07e3dd5; its device code is m42's, cuobjdump: 340 of 340 function bodies
 #        identical; the C ABI has fold_kvcache_t.pinned_window, refused on CUDA);
@@ -14,12 +15,12 @@
 #    2. gradient hashes: the eager route (FOLD_EAGER_AUTOGRAD=1) = the ops' route = session 41's;
 #    3. every GPU test on m43 with the eager route on (the page pool's GPU tests among them);
 #    4. narrow training windows: events, per kernel, graphed.
-# b: 1. decode hashes m43 = q43: plain caches with appending steps (v8 and not), windows of 100,
-#       600 and 2,000 keys with sinks;
-#    2. q43's decode GPU tests (windows, pages, the pool, the main decode file) and the pinned
-#       cache's GPU tests from the branch;
-#    3. windowed steps per kernel on both libraries.
-# If a and b pass: flip the eager route's default, land the grid patch and the pinned patch.
+# b: decode hashes m43 = q43: plain caches with appending steps (v8 and not), windows of 100, 600
+#    and 2,000 keys with sinks;
+# c: 1. q43's decode GPU tests (windows, pages, the pool, multi-token queries, the main decode
+#       file) and the pinned cache's GPU tests, with the branch's Python;
+#    2. windowed steps per kernel on both libraries.
+# If a, b and c pass: flip the eager route's default, land the grid patch and the pinned patch.
 set -u
 cd "$(dirname "$0")/../../../.."
 part=${1:-a}
@@ -40,7 +41,7 @@ if [ "$part" = a ]; then
     --kernels --graphed
   report="host win_narrow"
   tests="gpu_all"
-else
+elif [ "$part" = b ]; then
   for lib in m43 q43; do
     chk dsteps_$lib 60 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_hashes.py \
       --depths none,16 --steps 3
@@ -56,6 +57,9 @@ else
     done
     same_logs dwin${w}_m43 dwin${w}_q43 "windowed decode hashes W$w: m43 vs q43"
   done
+  report=""
+  tests=""
+else
   # The branch's Python and tests (the pinned cache accepted on CUDA) in a temporary tree.
   T=$(mktemp -d)/tree && mkdir -p "$T" && cp -r python tests scripts "$T"/
   (cd "$T" && patch -p1 -s < "$OLDPWD"/benchmarks/results/session43/patches/decode-pinned-cuda-python.patch) \
@@ -63,7 +67,8 @@ else
   chk dec_tests_q 240 env FOLD_ATTENTION_LIBRARY=$Q PYTHONPATH=$T/python:$T/scripts python3 -m pytest \
     -q -m gpu -p no:logging "$T"/tests/python/test_gpu_decode_window_sinks.py \
     "$T"/tests/python/test_gpu_decode_pinned_window.py "$T"/tests/python/test_gpu_decode_page_pool.py \
-    "$T"/tests/python/test_gpu_decode_pages.py "$T"/tests/python/test_gpu_decode.py
+    "$T"/tests/python/test_gpu_decode_pages.py "$T"/tests/python/test_gpu_decode_tokens.py \
+    "$T"/tests/python/test_gpu_decode.py
   for lib in m43 q43; do
     step dec_window_$lib 60 env FOLD_ATTENTION_LIBRARY=$(L $lib) \
       FOLD_DECODE_WINDOW_CASES="1,8192,64,8,64,128;32,8192,64,8,64,128;32,8192,32,8,128,4096" \
