@@ -329,6 +329,7 @@ class FoldKVCache:
         self._pages_host = [[-1] * self.pages_per_request for _ in range(self.batch)]
         self._reserved = [0] * self.batch  # request b holds logical pages 0 .. _reserved[b] - 1
         self._forgotten = [0] * self.batch  # ... of which 0 .. _forgotten[b] - 1 went back (pinned)
+        self._shared = {}  # page -> how many requests hold it beyond one (fork)
         self._last_stats: dict | None = None
         self._cdesc: FoldKVCacheDesc | None = None  # _c_desc()
         self._stats_pending = False
@@ -446,10 +447,21 @@ class FoldKVCache:
         row = self._pages_host[b]
         for i in range(lo, first):
             if row[i] >= 0:
-                self._free_pages.append(row[i])
+                self._drop_page(row[i])
                 row[i] = -1
         self._forgotten[b] = first
         self.page_table[b, lo:first] = -1
+
+    def _drop_page(self, page: int) -> None:
+        """A request lets go of `page`: back to the pool unless another request (fork) holds it."""
+        holders = self._shared.get(page, 0)
+        if holders:
+            if holders == 1:
+                del self._shared[page]
+            else:
+                self._shared[page] = holders - 1
+        else:
+            self._free_pages.append(page)
 
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
@@ -489,7 +501,8 @@ class FoldKVCache:
         fn = "FoldKVCache.release"
         b = self._check_request(request, fn)
         pages = [p for p in self._pages_host[b] if p >= 0]
-        self._free_pages.extend(reversed(pages))
+        for p in reversed(pages):
+            self._drop_page(p)
         self._pages_host[b] = [-1] * self.pages_per_request
         self._reserved[b] = 0
         self._forgotten[b] = 0
@@ -497,6 +510,49 @@ class FoldKVCache:
         self.lengths[b] = -1
         self.heavy_keys[b].fill_(-1)
         self.v_exp[b].fill_(self._initial_v_exp())
+
+    def fork(self, request) -> int:
+        """A new request holding the same tokens as active request `request` (a shared prompt,
+        parallel samples, beam search), in the lowest free slot; returns its index.
+
+        The two share the pages `request`'s tokens fill: the new one takes a page of its own
+        only for a last, partly filled page (a copy), so a fork costs at most one page. Tokens
+        are only ever appended past a request's length, so a shared page is never written again,
+        and each request's later outputs are the bits a request built from its own tokens alone
+        would give. A page returns to the pool when the last request holding it lets it go.
+        v8 caches need a fixed v_scale (a growing scale re-writes a request's stored values)."""
+        fn = "FoldKVCache.fork"
+        b = self._check_request(request, fn)
+        if self.v8 and self._v_exp_fixed is None:
+            raise ValueError(
+                f"{fn}: a v8 cache without a fixed v_scale re-quantises a request's stored values "
+                "when a larger one arrives, which would change pages two requests share; build the "
+                "cache with v_scale= (or bf16 / fp16 values) to fork"
+            )
+        free = [x for x, n in enumerate(self.lengths.tolist()) if n < 0]
+        if not free:
+            raise ValueError(f"{fn}: every one of the {self.batch} request slots is in use; release one first")
+        L, P = int(self.lengths[b]), self.page_size
+        full, partial = L // P, L % P != 0
+        self._require_pages(1 if partial else 0, fn, f"a fork of request {b} (its last page's copy)")
+        n = free[0]
+        src, row = self._pages_host[b], self._pages_host[n]
+        for i in range(self._forgotten[b], full):
+            row[i] = src[i]
+            self._shared[src[i]] = self._shared.get(src[i], 0) + 1
+        self._forgotten[n] = self._forgotten[b]
+        self._reserved[n] = full
+        if partial:
+            row[full] = page = self._free_pages.pop()
+            self._reserved[n] = full + 1
+            for t in (self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_page_sum):
+                if t is not None:
+                    t[page].copy_(t[src[full]])
+        self.page_table[n, : self._reserved[n]] = torch.tensor(row[: self._reserved[n]], dtype=torch.int32)
+        self.heavy_keys[n].copy_(self.heavy_keys[b])
+        self.v_exp[n].copy_(self.v_exp[b])
+        self.lengths[n] = L
+        return n
 
     def reset(self) -> None:
         """Releases every active request."""
@@ -811,6 +867,7 @@ class FoldKVCache:
         state.setdefault("_forgotten", [0] * state["batch"])
         state.setdefault("_pinned", 0)
         state.setdefault("window_size", None)
+        state.setdefault("_shared", {})
         self.__dict__.update(state)
 
     def __getstate__(self) -> dict:
