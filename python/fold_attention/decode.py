@@ -114,6 +114,24 @@ def _ptr(t: torch.Tensor | None):
     return None if t is None else t.data_ptr()
 
 
+def _rotation_finite(y: torch.Tensor) -> bool:
+    """Whether the rows of y (float32, (rows, D)) stay finite through the writers' unnormalised
+    Hadamard butterflies (planes.h hadamard_unnormalised), in float32 as they compute them."""
+    D = y.shape[1]
+    if bool((y.abs() < 2.0 ** (128 - D.bit_length())).all()):  # D values below FLT_MAX / D
+        return True
+    h = 1
+    while h < D:
+        y = y.view(y.shape[0], -1, 2, h)
+        y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
+        y = y.reshape(y.shape[0], D)
+        h *= 2
+    return bool(torch.isfinite(y).all())
+
+
+_LOG2E = 1.44269504088896340736  # (decode_step.cpp's kLog2e, as a float32 below)
+
+
 class PagePoolExhausted(RuntimeError):
     """A FoldKVCache operation needed more pages than its pool has free. Raised before the
     cache changes: release a request (or build the cache with a larger num_pages) and retry."""
@@ -594,14 +612,7 @@ class FoldKVCache:
             return
         if not bool(torch.isfinite(k).all()):
             raise ValueError(f"{fn}: {kn} holds a non-finite value")
-        y = k.reshape(-1, self.head_dim).float()
-        h = 1
-        while h < self.head_dim:  # the writers' butterflies (planes.h hadamard_unnormalised)
-            y = y.view(y.shape[0], -1, 2, h)
-            y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
-            y = y.reshape(y.shape[0], self.head_dim)
-            h *= 2
-        if not bool(torch.isfinite(y).all()):
+        if not _rotation_finite(k.reshape(-1, self.head_dim).float()):
             raise ValueError(f"{fn}: {kn} is too large: its Hadamard rotation overflows float32")
 
     def _check_values(self, k: torch.Tensor, v: torch.Tensor, fn: str, kn="k", vn="v") -> None:
@@ -633,39 +644,59 @@ class FoldKVCache:
             lo = hi
         return out
 
+    def _returns(self, b: int, lo: int, hi: int, had: int) -> int:
+        """Pages the pool gets back when request b forgets logical pages [lo, hi) (pinned): pages
+        taken during the operation (index >= `had`, its reserved count before) always; pages it
+        held before only if no other request (fork) holds them too. (Two holders forgetting a
+        shared page in one operation would return it: not counted, so the count errs high.)"""
+        row = self._pages_host[b]
+        return sum(1 for i in range(lo, hi) if i >= had or (row[i] >= 0 and row[i] not in self._shared))
+
     def _growth(self, b: int, length: int, n: int, reserved: int, forgotten: int) -> tuple[int, int]:
-        """(peak, final): the most pages request b holds while tokens [length, length + n) are
-        appended (in _chunks), and what it holds after, from `reserved` logical pages of which
-        `forgotten` went back."""
-        peak = reserved - forgotten
+        """(peak, final): the most pages appending tokens [length, length + n) to request b (in
+        _chunks) takes from the pool at once, and what it has taken after, from `reserved`
+        logical pages of which `forgotten` went back."""
+        had = reserved
+        taken = peak = 0
         for _, hi in self._chunks(length, n):
-            reserved = max(reserved, -(-hi // self.page_size))
-            peak = max(peak, reserved - forgotten)
+            need = -(-hi // self.page_size)
+            if need > reserved:
+                taken += need - reserved
+                reserved = need
+            peak = max(peak, taken)
             if self._pinned and hi > self._pinned:
-                forgotten = max(forgotten, (hi - self._pinned) // self.page_size)
-        return peak, reserved - forgotten
+                first = (hi - self._pinned) // self.page_size
+                if first > forgotten:
+                    taken -= self._returns(b, forgotten, first, had)
+                    forgotten = first
+        return peak, taken
 
     def _steps_pages(self, active, lengths, n: int) -> int:
         """Pages n steps that append to every active request take from the pool at their peak
         (a pinned cache returns pages after each step)."""
         reserved = {b: self._reserved[b] for b in active}
+        had = dict(reserved)
         forgotten = {b: self._forgotten[b] for b in active}
-        now = peak = sum(reserved[b] - forgotten[b] for b in active)
+        taken = peak = 0
         for i in range(1, n + 1):
             for b in active:
-                reserved[b] = max(reserved[b], -(-(lengths[b] + i) // self.page_size))
-            peak = max(peak, sum(reserved[b] - forgotten[b] for b in active))
+                need = -(-(lengths[b] + i) // self.page_size)
+                if need > reserved[b]:
+                    taken += need - reserved[b]
+                    reserved[b] = need
+            peak = max(peak, taken)
             if self._pinned:
                 for b in active:
-                    if lengths[b] + i > self._pinned:
-                        forgotten[b] = max(forgotten[b], (lengths[b] + i - self._pinned) // self.page_size)
-        return peak - now
+                    first = (lengths[b] + i - self._pinned) // self.page_size
+                    if lengths[b] + i > self._pinned and first > forgotten[b]:
+                        taken -= self._returns(b, forgotten[b], first, had[b])
+                        forgotten[b] = first
+        return peak
 
     def _append_pages(self, b: int, n: int) -> int:
         """Pages appending n tokens to request b takes from the pool at its peak."""
-        held = self._reserved[b] - self._forgotten[b]
         peak, _ = self._growth(b, int(self.lengths[b]), n, self._reserved[b], self._forgotten[b])
-        return peak - held
+        return peak
 
     def _append(self, b: int, k: torch.Tensor, v: torch.Tensor, fn: str) -> None:
         n = k.shape[0]
@@ -1115,10 +1146,20 @@ def _tokens(q, cache: FoldKVCache, k, v, return_lse: bool, window_size, sinks, f
             if lengths[b] + n > cache.max_len:
                 raise ValueError(f"{fn}: request {b} holds {lengths[b]} tokens: {n} more exceed "
                                  f"max_len {cache.max_len}")
+        # q whole, as each step tests it; its rotation where the C reference would refuse it
+        # (a CPU cache: q x softmax_scale x log2 e, rotated in float32, must stay finite).
+        if not bool(torch.isfinite(q).all()):
+            raise ValueError(f"{fn}: q_step holds a non-finite value")
+        if not cache.is_cuda and active:
+            cmul = torch.tensor(cache.softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
+            rows = q[torch.tensor(active, dtype=torch.long)].reshape(-1, D).float() * cmul
+            if not _rotation_finite(rows):
+                raise ValueError(f"{fn}: q_step is too large: a row is not finite after scaling and "
+                                 "rotation")
         if active:
             idx = torch.tensor(active, dtype=torch.long, device=q.device)
-            qa, ka, va = q[idx], k[idx], v[idx]
-            for name, x in (("q_step", qa), ("k_step", ka), ("v_step", va)):
+            ka, va = k[idx], v[idx]
+            for name, x in (("k_step", ka), ("v_step", va)):
                 if not bool(torch.isfinite(x).all()):
                     raise ValueError(f"{fn}: {name} holds a non-finite value")
             cache._check_values(ka.reshape(-1, cache.n_kv_heads, D), va.reshape(-1, cache.n_kv_heads, D),

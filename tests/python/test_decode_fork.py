@@ -105,3 +105,23 @@ def test_fork_refusals_change_nothing():
         pool.fork(1)
     empty = fa.FoldKVCache(2, 8, 2, 64, 512, page_size=PAGE)
     assert empty.fork(empty.add_request()) == 1 and empty.length(1) == 0
+
+
+def test_pinned_forks_count_shared_pages_as_held():
+    """A pinned request and its fork forget the same shared pages: the pool gets one page back,
+    not two. Appends sized by that rule are refused before anything is written."""
+    g = torch.Generator().manual_seed(63)
+    r = lambda *shape: torch.randn(*shape, generator=g).bfloat16()  # noqa: E731
+    for op in ("extend", "tokens"):
+        c = fa.FoldKVCache(2, 8, 2, 64, 1024, page_size=PAGE, window_size=(99, 0), num_pages=4)
+        c.extend(c.add_request(), r(128, 2, 64), r(128, 2, 64))
+        c.fork(0)
+        assert c.free_pages == 2
+        before = (c.lengths.tolist(), c.free_pages, [list(x) for x in c._pages_host], dict(c._shared))
+        assert c.pages_needed(0, 256) == 4
+        with pytest.raises(fa.PagePoolExhausted):
+            if op == "extend":
+                c.extend(0, r(256, 2, 64), r(256, 2, 64))
+            else:
+                fa.fold_attn_with_kvcache(r(2, 70, 8, 64), c, r(2, 70, 2, 64), r(2, 70, 2, 64))
+        assert (c.lengths.tolist(), c.free_pages, [list(x) for x in c._pages_host], dict(c._shared)) == before

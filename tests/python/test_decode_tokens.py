@@ -65,7 +65,8 @@ def test_each_query_sees_its_request_up_to_itself():
             assert rel_err(out[b, i], ref) <= 2.0 * floor_err(ref) + 1e-6, (b, i)
 
 
-@pytest.mark.parametrize("case", ["nan_late_token", "full", "pool", "no_kv", "shape"])
+@pytest.mark.parametrize("case", ["nan_late_token", "nan_free_row", "huge_q", "full", "pool", "no_kv",
+                                  "shape"])
 def test_a_refused_call_changes_nothing(case):
     q, k, v = synth(3, 2, 4, 64, 800, seed=54)
     cache = _filled(q, k, v, num_pages=11 if case == "pool" else 39)  # 5 + 1 + 3 pages held
@@ -75,6 +76,13 @@ def test_a_refused_call_changes_nothing(case):
     if case == "nan_late_token":
         vs[2, 3, 1, 5] = float("nan")
         match = "v_step holds a non-finite value"
+    elif case == "nan_free_row":  # each step tests the whole q, free slots' rows included
+        cache.release(1)
+        qs[1, 2, 0, 0] = float("nan")
+        match = "q_step holds a non-finite value"
+    elif case == "huge_q":  # finite, but its scaled rotation overflows float32 (the C check)
+        qs[0, 1] = 3e38
+        match = "q_step is too large"
     elif case == "full":
         cache.extend(1, k[1, 1:798], v[1, 1:798])  # 798 of 800 tokens
         match = "request 1 holds 798 tokens: 4 more exceed max_len 800"
