@@ -453,12 +453,15 @@ class FoldKVCache:
         self.page_table[b, have:self._reserved[b]] = -1
         self._reserved[b] = have
 
+    def _kept_pages(self, length: int) -> int:
+        """The logical pages a pinned cache has forgotten of a request of `length` tokens: those
+        below kept(length) = page_size floor((length - w) / page_size) (decode.h); 0 unpinned."""
+        return (length - self._pinned) // self.page_size if self._pinned and length > self._pinned else 0
+
     def _forget_early_pages(self, b: int, length: int) -> None:
         """A pinned cache: returns request b's pages below kept(length) (decode.h) to the pool.
         No later call reads them (the writers keep no state about their keys)."""
-        if not self._pinned or length <= self._pinned:
-            return
-        first = (length - self._pinned) // self.page_size
+        first = self._kept_pages(length)
         lo = self._forgotten[b]
         if first <= lo:
             return
@@ -652,46 +655,37 @@ class FoldKVCache:
         row = self._pages_host[b]
         return sum(1 for i in range(lo, hi) if i >= had or (row[i] >= 0 and row[i] not in self._shared))
 
-    def _growth(self, b: int, length: int, n: int, reserved: int, forgotten: int) -> tuple[int, int]:
-        """(peak, final): the most pages appending tokens [length, length + n) to request b (in
-        _chunks) takes from the pool at once, and what it has taken after, from `reserved`
-        logical pages of which `forgotten` went back."""
-        had = reserved
-        taken = peak = 0
-        for _, hi in self._chunks(length, n):
+    def _taken(self, b: int, ends, reserved: int, forgotten: int) -> tuple[list, int]:
+        """Request b growing through the lengths `ends` (increasing), from `reserved` logical
+        pages of which `forgotten` went back: for each end, the pages taken from the pool once
+        its tokens have pages (before a pinned cache returns the ones below its window), and
+        what stays taken after the last."""
+        had, taken, tops = reserved, 0, []
+        for hi in ends:
             need = -(-hi // self.page_size)
             if need > reserved:
                 taken += need - reserved
                 reserved = need
-            peak = max(peak, taken)
-            if self._pinned and hi > self._pinned:
-                first = (hi - self._pinned) // self.page_size
-                if first > forgotten:
-                    taken -= self._returns(b, forgotten, first, had)
-                    forgotten = first
-        return peak, taken
+            tops.append(taken)
+            first = self._kept_pages(hi)
+            if first > forgotten:
+                taken -= self._returns(b, forgotten, first, had)
+                forgotten = first
+        return tops, taken
+
+    def _growth(self, b: int, length: int, n: int, reserved: int, forgotten: int) -> tuple[int, int]:
+        """(peak, final): the most pages appending tokens [length, length + n) to request b (in
+        _chunks) takes from the pool at once, and what it has taken after, from `reserved`
+        logical pages of which `forgotten` went back."""
+        tops, final = self._taken(b, [hi for _, hi in self._chunks(length, n)], reserved, forgotten)
+        return max(tops, default=0), final
 
     def _steps_pages(self, active, lengths, n: int) -> int:
         """Pages n steps that append to every active request take from the pool at their peak
         (a pinned cache returns pages after each step)."""
-        reserved = {b: self._reserved[b] for b in active}
-        had = dict(reserved)
-        forgotten = {b: self._forgotten[b] for b in active}
-        taken = peak = 0
-        for i in range(1, n + 1):
-            for b in active:
-                need = -(-(lengths[b] + i) // self.page_size)
-                if need > reserved[b]:
-                    taken += need - reserved[b]
-                    reserved[b] = need
-            peak = max(peak, taken)
-            if self._pinned:
-                for b in active:
-                    first = (lengths[b] + i - self._pinned) // self.page_size
-                    if lengths[b] + i > self._pinned and first > forgotten[b]:
-                        taken -= self._returns(b, forgotten[b], first, had[b])
-                        forgotten[b] = first
-        return peak
+        tops = [self._taken(b, range(lengths[b] + 1, lengths[b] + n + 1), self._reserved[b],
+                            self._forgotten[b])[0] for b in active]
+        return max((sum(t[i] for t in tops) for i in range(n)), default=0)
 
     def _append_pages(self, b: int, n: int) -> int:
         """Pages appending n tokens to request b takes from the pool at its peak."""
