@@ -127,6 +127,28 @@ def assert_matches_cpu(oc, og, lc, lg, exact):
         assert (lg[fin].double() - lc[fin].double()).abs().max().item() <= 1e-5
 
 
+def assert_graph_replays(graphed, capture, qs, ks, vs, expected, tag=""):
+    """Captures `capture(graphed, q, k, v)` -> (out, lse) once in a CUDA graph, on copies of the
+    first step's inputs (the capture itself runs nothing: the lengths stay), then replays it with
+    each step's inputs copied in: replay i gives expected[i]'s (out, lse) bits."""
+    lengths = graphed.lengths.tolist()
+    sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = capture(graphed, sq, sk, sv)
+    torch.cuda.synchronize()
+    assert graphed.lengths.tolist() == lengths  # capture ran nothing
+    for i in range(len(qs)):
+        sq.copy_(qs[i])
+        sk.copy_(ks[i])
+        sv.copy_(vs[i])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(bits16(out), bits16(expected[i][0])), (tag, i)
+        assert torch.equal(bits16(lse), bits16(expected[i][1])), (tag, i)
+
+
 def step_outputs(cache, q, k=None, v=None):
     """One fold_attn_with_kvcache step (append when k / v are given): out and LSE on the CPU,
     and the step's statistics."""

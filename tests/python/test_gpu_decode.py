@@ -19,7 +19,7 @@ import torch
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 
-from decode_helpers import default_scale, floor_err, reference, rel_err, synth, tensor_core_path
+from decode_helpers import assert_graph_replays, default_scale, floor_err, reference, rel_err, synth, tensor_core_path
 # (Shared with test_gpu_decode_pages.py; kept under this file's original names.)
 from decode_helpers import assert_matches_cpu as _assert_matches
 from decode_helpers import assert_same_cache as _assert_same_cache
@@ -761,21 +761,8 @@ def _graph_replays_match_eager(D, G, lengths, depth, seed, steps, capture):
     ks = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
     vs = [torch.randn(B, Hkv, D).bfloat16().to(CUDA) for _ in range(steps)]
     expected = [fa.fold_attn_with_kvcache(qs[i], eager, ks[i], vs[i], return_lse=True) for i in range(steps)]
-    sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = capture(graphed, sq, sk, sv)
-    torch.cuda.synchronize()
-    assert graphed.lengths.tolist() == list(lengths)  # capture ran nothing
-    for i in range(steps):
-        sq.copy_(qs[i])
-        sk.copy_(ks[i])
-        sv.copy_(vs[i])
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(_bits(out), _bits(expected[i][0])), i
-        assert torch.equal(_bits(lse), _bits(expected[i][1])), i
+    assert graphed.lengths.tolist() == list(lengths)
+    assert_graph_replays(graphed, capture, qs, ks, vs, expected)
     _assert_same_cache(eager, graphed)
 
 

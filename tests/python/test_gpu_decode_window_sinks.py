@@ -23,7 +23,7 @@ import torch
 import fold_attention as fa
 from fold_attention.decode import decode_step_cuda
 
-from decode_helpers import assert_matches_cpu, assert_same_cache, bits16, fill_requests, synth
+from decode_helpers import assert_graph_replays, assert_matches_cpu, assert_same_cache, bits16, fill_requests, synth
 from decode_helpers import tensor_core_path
 from helpers import gpu_ready
 
@@ -299,21 +299,7 @@ def test_cuda_graph_of_a_windowed_step_with_sinks():
         ks = [torch.randn(B, Hkv, D, generator=g).bfloat16().to(CUDA) for _ in range(steps)]
         vs = [torch.randn(B, Hkv, D, generator=g).bfloat16().to(CUDA) for _ in range(steps)]
         expected = [public(eager, qs[i], ks[i], vs[i]) for i in range(steps)]
-        sq, sk, sv = qs[0].clone(), ks[0].clone(), vs[0].clone()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out, lse = capture(graphed, sq, sk, sv)
-        torch.cuda.synchronize()
-        assert graphed.lengths.tolist() == lengths  # capture ran nothing
-        for i in range(steps):
-            sq.copy_(qs[i])
-            sk.copy_(ks[i])
-            sv.copy_(vs[i])
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(bits16(out), bits16(expected[i][0])), (capture.__name__, i)
-            assert torch.equal(bits16(lse), bits16(expected[i][1])), (capture.__name__, i)
+        assert_graph_replays(graphed, capture, qs, ks, vs, expected, capture.__name__)
         assert_same_cache(eager, graphed)
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fold_attention as fa
+from helpers import window_mask
 
 
 def _inputs(b, s, h, hk, d, dtype=torch.float32, seed=0):
@@ -26,16 +27,7 @@ def _ref(q, k, v, sinks, causal, window=(-1, -1)):
     kt, vt = (x.repeat_interleave(group, dim=1) for x in (kt, vt))
     S = q.shape[1]
     logits = qt @ kt.transpose(-1, -2) * q.shape[-1] ** -0.5
-    i = torch.arange(S).unsqueeze(1)
-    j = torch.arange(S).unsqueeze(0)
-    keep = torch.ones(S, S, dtype=torch.bool)
-    if causal:
-        keep &= j <= i
-    if window[0] >= 0:
-        keep &= j >= i - window[0]
-    if window[1] >= 0:
-        keep &= j <= i + window[1]
-    logits = logits.masked_fill(~keep, float("-inf"))
+    logits = logits.masked_fill(~window_mask(S, causal, window, device="cpu"), float("-inf"))
     col = sinks.double().reshape(1, -1, 1, 1).expand(q.shape[0], -1, S, 1)
     probs = torch.softmax(torch.cat([logits, col], dim=-1), dim=-1)[..., :-1]
     lse = torch.logsumexp(torch.cat([logits, col], dim=-1), dim=-1)  # (B, H, S)
