@@ -32,7 +32,7 @@ if [ "$part" = a ]; then
   chk hashes_fn 60 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 python3 scripts/grad_hashes.py
   chk hashes_ops 60 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=0 python3 scripts/grad_hashes.py
   same_logs hashes_fn hashes_ops "gradient hashes: eager route vs ops route"
-  cp benchmarks/results/session43/scripts/hashes_session41.txt "$LOGS/hashes_s41.log"
+  cp benchmarks/results/session42/scripts/hashes_session41.txt "$LOGS/hashes_s41.log"
   same_logs hashes_fn hashes_s41 "gradient hashes: eager route vs session 41 (m40)"
   chk gpu_all 240 env FOLD_ATTENTION_LIBRARY=$M FOLD_EAGER_AUTOGRAD=1 python3 -m pytest -q -m gpu \
     -p no:logging tests/python
