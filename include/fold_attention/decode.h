@@ -18,13 +18,13 @@
  * caller assigns pages (a free list) before a write reaches them; entries beyond a
  * request's length are never read.
  *
- * A cache whose every step takes the same sliding window w (pinned_window = w > 0) keeps no
- * state about a request's keys before kept(L) = page_size * floor(max(0, L - w) / page_size)
- * (L: its length): its heavy-key list drops them (before key t is inserted, the entries below
- * kept(t) leave the list, the rest keep their order) and a v8 re-scale re-quantises keys from
- * kept(L) on. No call reads a page below kept(L) / page_size then, so the caller may release
- * those pages (page_table entries set to -1, the pages reused by other requests).
- * (pinned_window was added after version 0.1.0's first release: a caller that fills the
+ * A cache whose every step takes a sliding window of at most w keys (pinned_window = w > 0:
+ * window_before in [1, w]) keeps no state about a request's keys before kept(L) = page_size *
+ * floor(max(0, L - w) / page_size) (L: its length): its heavy-key list drops them (before key t is
+ * inserted, the entries below kept(t) leave the list, the rest keep their order) and a v8 re-scale
+ * re-quantises keys from kept(L) on. No call reads a page below kept(L) / page_size then, so the
+ * caller may release those pages (page_table entries set to -1, the pages reused by other
+ * requests). (pinned_window was added after version 0.1.0's first release: a caller that fills the
  * struct field by field must zero-initialise it, e.g. `fold_kvcache_t c{}` or memset.)
  */
 #ifndef FOLD_ATTENTION_DECODE_H_
@@ -65,7 +65,7 @@ typedef struct fold_kvcache {
   int32_t *heavy_keys;
   int32_t *page_table;
   int32_t *lengths;
-  int32_t pinned_window; /* 0, or the window_before every step must take (above)  */
+  int32_t pinned_window; /* 0, or the widest window_before a step may take (above) */
 } fold_kvcache_t;
 
 typedef struct fold_decode_params {

@@ -31,6 +31,7 @@ import torch
 from . import _lib
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
+from ._history import history_attention, merge
 from ._decode_lib import (
     HEAVY_KEYS,
     STATS_COUNTERS,
@@ -803,29 +804,49 @@ class FoldKVCache:
         return out
 
     def prefill_request(self, request, q, k, v, window_size=None, sinks=None):
-        """Causal attention over one prompt q (n, n_heads, D), k/v (n, n_kv_heads, D) and
-        its write into an active, empty request (see add_request). Returns the output.
-        window_size and sinks as in prefill."""
+        """Causal attention over one chunk of tokens q (n, n_heads, D), k/v (n, n_kv_heads, D)
+        of an active request (see add_request), and its write into the cache. Returns the
+        output (n, n_heads, D).
+
+        An empty request takes a prompt: the training forward over the chunk. A request that
+        holds L tokens takes the chunk after them (a conversation's next turn, a prompt's
+        suffix after fork()): token t sits at position L + t and sees the request's L cached
+        keys and the chunk's tokens 0..t. The cached part is read from the cache's planes by
+        dense decode steps (every key, whatever the cache's depth; the chunk's queries of one
+        KV head ride as rows of one group, 64 // group size tokens per step, so each step reads
+        the history once for that many tokens), the chunk's own part by the training forward
+        over its bf16 / fp16 keys, and the two join through their LSEs in float32. window_size
+        and sinks as in prefill (positions count from the request's first token)."""
         from .training import fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill_request"
         window_size = self._call_window(window_size, fn)
         b = self._check_request(request, fn)
-        if int(self.lengths[b]) != 0:
-            raise ValueError(f"{fn}: request {b} already holds {int(self.lengths[b])} tokens")
+        held = int(self.lengths[b])
         q = self._check_rows(q, "q", fn, self.n_heads)
         k = self._check_rows(k, "k", fn, self.n_kv_heads, tokens=q.shape[0])
         v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])
-        if q.shape[0] > self.max_len:
-            raise ValueError(f"{fn}: the prompt has {q.shape[0]} tokens, beyond max_len {self.max_len}")
+        if held + q.shape[0] > self.max_len:
+            what = f"the prompt has {q.shape[0]} tokens" if held == 0 else (
+                f"request {b} holds {held} tokens: the chunk's {q.shape[0]} more exceed")
+            raise ValueError(f"{fn}: {what}, beyond max_len {self.max_len}")
         self._require_pages(self._append_pages(b, q.shape[0]), fn,
-                            f"request {b}'s prompt of {q.shape[0]} tokens")
+                            f"request {b}'s {'chunk' if held else 'prompt'} of {q.shape[0]} tokens")
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
-        out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
-                                    window_size=window_size, sinks=sinks)
+        if held == 0 or q.shape[0] == 0:
+            out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
+                                        window_size=window_size, sinks=sinks)
+        else:
+            # The history first: nothing is written until both parts have run.
+            hist, hist_lse = history_attention(self, b, q, check_window_size(window_size, fn)[0])
+            own, own_lse = fold_attn_varlen_func(q, k, v, cu, causal=True,
+                                                 softmax_scale=self.softmax_scale,
+                                                 window_size=window_size, sinks=sinks,
+                                                 return_lse=True)
+            out = merge(hist, hist_lse, own, own_lse.transpose(0, 1))
         self._append(b, k, v, fn)
         return out
 

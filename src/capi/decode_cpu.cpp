@@ -113,10 +113,12 @@ void check_params(const fold_kvcache_t &c, const fold_decode_params_t *p) {
   if (!(std::isfinite(p->v_refine_band) && p->v_refine_band >= 0))
     fail("params->v_refine_band must be finite and >= 0");
   if (p->window_before < 0) fail("params->window_before must be >= 0 (0: no window)");
-  if (c.pinned_window > 0 && p->window_before != c.pinned_window)
+  // A narrower window reads only keys the pinned one keeps (L - w >= L - pinned >= kept(L)):
+  // a chunk's tokens after a request's history take windows narrower by their offsets.
+  if (c.pinned_window > 0 && (p->window_before < 1 || p->window_before > c.pinned_window))
     fail("params->window_before (" + std::to_string(p->window_before) +
-         ") must equal cache->pinned_window (" + std::to_string(c.pinned_window) +
-         "): the cache keeps no keys before that window");
+         ") must be in [1, cache->pinned_window = " + std::to_string(c.pinned_window) +
+         "]: the cache keeps no keys before that window");
   if (p->sinks != nullptr && reinterpret_cast<uintptr_t>(p->sinks) % 4 != 0)
     fail("params->sinks must be 4-byte aligned");
 }

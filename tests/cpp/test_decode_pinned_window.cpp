@@ -3,8 +3,8 @@
 // tests: kept() and the heavy list's forgetting; a pinned cache whose early pages were released
 // (page-table entries -1, the pages' contents scrambled) gives the bits of one whose pages were
 // kept, through chunked appends, steps that append and a v8 re-scale; the list does not depend
-// on how the tokens were grouped into appends; the accuracy over the window; the checks (a step
-// with another window, a released page the call would read).
+// on how the tokens were grouped into appends; the accuracy over the window and over narrower
+// ones; the checks (a step with a wider window, a released page the call would read).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +177,26 @@ TEST(PinnedWindow, AccuracyAgainstFloat64OverTheWindow) {
   }
 }
 
+TEST(PinnedWindow, NarrowerWindowsReadOnlyKeptKeys) {
+  // A step may take a window narrower than the pinned one (a chunk's tokens after a request's
+  // history do): with the early pages released and scrambled, its output is accurate over its
+  // own window.
+  const int L = 1300, H = kH, Hk = kHk, D = kD, w = 300;
+  const Data x = play_data(false);
+  Cache c(1, Hk, D, kL);
+  c.pinned = w;
+  c.fill(0, x.k, x.v, L);
+  release_early_pages(c);
+  ASSERT_EQ(c.pt[0], -1);
+  for (int narrow : {1, 37, 299, 300}) {
+    SCOPED_TRACE(narrow);
+    const Step s = run(c, H, {x.q}, 16.0f, nullptr, narrow);
+    std::vector<double> ref, lse;
+    reference(x, L, H, Hk, D, ref, lse, L - narrow);
+    EXPECT_LT(rel_err(s, 0, H, D, ref), 2.0 * floor_err(ref) + 1e-6);
+  }
+}
+
 TEST(PinnedWindow, ChecksNameTheWindowAndTheReleasedPage) {
   const int L = 700, H = 4, Hk = 2, D = 64, w = 200;
   const Data x = make_data(L, H, Hk, D, 93);
@@ -186,12 +206,12 @@ TEST(PinnedWindow, ChecksNameTheWindowAndTheReleasedPage) {
   release_early_pages(c);  // kept(700) = 448: pages 0..6 released
   ASSERT_EQ(c.pt[6], -1);
   ASSERT_GE(c.pt[7], 0);
-  // A step with another window (or none) would read keys the cache forgot.
+  // A step with a wider window (or none) would read keys the cache forgot.
   std::vector<fold::bf16_t> q = bf16_rows(x.q, 0, static_cast<size_t>(H) * D);
   std::vector<fold::bf16_t> out(static_cast<size_t>(H) * D);
   std::vector<float> lse(H);
   const fold_tensor_t none{nullptr, 0, 0, 0};
-  for (int other : {0, 199, 201}) {
+  for (int other : {0, 201, 700}) {
     SCOPED_TRACE(other);
     fold_decode_params_t p = params(H, 16.0f);
     p.softmax_scale = 0.125f;
@@ -200,7 +220,7 @@ TEST(PinnedWindow, ChecksNameTheWindowAndTheReleasedPage) {
     EXPECT_EQ(fold_decode_cpu(&d, &p, fold_tensor_t{q.data(), H * D, 0, D}, none, none,
                               fold_tensor_t{out.data(), H * D, 0, D}, lse.data(), nullptr),
               FOLD_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(fold_last_error()).find("pinned_window (200)"), std::string::npos)
+    EXPECT_NE(std::string(fold_last_error()).find("cache->pinned_window = 200"), std::string::npos)
         << fold_last_error();
   }
   // A released page the call would read is refused (page 7 holds key 500 = L - w).

@@ -295,9 +295,9 @@ def test_cache_operation_errors():
                       k[:1].expand(130, 2, 64), torch.tensor([0, 0, 130], dtype=torch.int32))
     with pytest.raises(TypeError, match="cu_seqlens"):
         cache.prefill(q, k[:10], k[:10], torch.tensor([0, 5, 10], dtype=torch.int64))
-    with pytest.raises(ValueError, match="already holds"):
-        cache.extend(b, k[:2], k[:2])
-        cache.prefill_request(b, q[:2], k[:2], k[:2])
+    cache.extend(b, k[:2], k[:2])  # a chunk after a request's history must fit max_len
+    with pytest.raises(ValueError, match="holds 2 tokens: the chunk's 127 more exceed"):
+        cache.prefill_request(b, torch.randn(127, 8, 64).bfloat16(), k[:127], k[:127])
 
 
 @pytest.mark.parametrize("case", ["huge_key", "nan_q", "inf_v"])

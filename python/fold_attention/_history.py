@@ -1,0 +1,133 @@
+"""A chunk of new tokens after a request's history (FoldKVCache.prefill_request on a request that
+already holds tokens: a conversation's next turn, or a prompt's suffix after fork()).
+
+Token t of an n-token chunk sits at position L + t (L: the tokens the request holds). Its causal
+attention over the L + t + 1 keys it sees splits into two parts that share nothing:
+- the history: the request's L cached keys, read from the cache's planes by dense decode steps
+  that append nothing (`history_attention`);
+- the chunk itself: keys L .. L + t, causal, by the training forward over the chunk's own
+  bf16 / fp16 keys (the caller's fold_attn_varlen_func, which also takes the sinks).
+`merge` joins them through their LSEs (float32), the way split-KV partials join.
+
+Why decode steps read the history: the cache holds K only as rotated int8 planes, which the
+decode kernels read directly, and a step's queries of one KV head form one group of rows. The
+chunk's queries ride in that group: head h = kv G + g of token t becomes row (t G + g) of kv's
+group of m G rows, m = 64 // G tokens per step (the kernels take groups of up to 64 rows), so a
+step reads the history once for m tokens. The steps see one request alone (a batch-1 view of the
+cache's per-request arrays), so the other slots cost nothing.
+
+Sliding windows: token t sees history keys j >= L + t - left, i.e. the last left - t of them (C
+ABI window_before = left - t). Tokens whose window covers the whole history share steps without a
+window; the others take one step each (their windows differ); a token whose window starts inside
+the chunk sees no history (its LSE is -inf there and the merge takes the chunk part alone).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from . import _lib
+from ._decode_lib import library
+from ._decode_op import cache_desc, decode_step_new
+
+V_REFINE_EXTRA = 2.0  # decode.py's (a dense step reads every plane whatever the bands)
+
+_MAX_GROUP_ROWS = 64
+
+
+def _token_windows(n: int, L: int, before: int, pinned: int) -> list[int | None]:
+    """window_before of each chunk token's history step: 0 (every history key), w in [1, L)
+    (the last w keys), or None (no history key visible). before: the call's C ABI window
+    (left + 1; 0: none). A cache pinned to a window takes a window on every step (the C ABI
+    refuses 0 there, as its early pages may be gone), so its full-history tokens pass L."""
+    out: list[int | None] = []
+    for t in range(n):
+        if before == 0:
+            out.append(0)
+            continue
+        w = before - 1 - t  # keys j >= L + t - left: the history's last left - t
+        if w <= 0:
+            out.append(None)
+        elif w >= L:
+            out.append(L if pinned else 0)
+        else:
+            out.append(w)
+    return out
+
+
+def _pieces(windows: list[int | None], m: int) -> list[tuple[int, int, int]]:
+    """(t0, t1, window_before) runs of consecutive tokens with one window, at most m tokens
+    each; tokens that see no history are left out."""
+    pieces = []
+    t = 0
+    while t < len(windows):
+        w = windows[t]
+        if w is None:
+            t += 1
+            continue
+        t1 = t + 1
+        while t1 < len(windows) and t1 - t < m and windows[t1] == w:
+            t1 += 1
+        pieces.append((t, t1, w))
+        t = t1
+    return pieces
+
+
+def history_attention(cache, b: int, q: torch.Tensor, before: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunk queries q (n, n_heads, D) of request b (which holds L > 0 tokens) against its
+    cached keys, dense. before: the C ABI window (left + 1; 0: none). Returns out (n, n_heads,
+    D) in q's dtype (zeros where no history key is visible) and the natural-log LSE (n, n_heads)
+    float32 (-inf there). Changes nothing in the cache."""
+    n, H, D = q.shape
+    Hk = cache.n_kv_heads
+    G = H // Hk
+    L = int(cache.lengths[b])
+    m = max(1, _MAX_GROUP_ROWS // G)
+    out = torch.zeros((n, H, D), dtype=q.dtype, device=q.device)
+    lse = torch.full((n, H), float("-inf"), dtype=torch.float32, device=q.device)
+    pieces = _pieces(_token_windows(n, L, before, cache._pinned), m)
+    if not pieces:
+        return out, lse
+    # The batch-1 view: request b's rows of the per-request arrays (lengths, page table, heavy
+    # keys, v8 exponents); the page pool's arrays are shared.
+    view = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.v_a, cache.v_b, cache.v_exp[b:b + 1],
+            cache.v_page_sum, cache.heavy_keys[b:b + 1], cache.page_table[b:b + 1],
+            cache.lengths[b:b + 1])
+    desc = cache_desc(cache.dtype, 1, D, *view, cache.max_len, cache._v_exp_fixed is not None,
+                      cache._pinned)
+    stats = torch.zeros(cache._stats_dev.numel(), dtype=torch.int64, device=cache.device)
+    workspaces: dict[int, torch.Tensor] = {}
+    for t0, t1, w in pieces:
+        k = t1 - t0
+        rows = k * H  # one group of k G rows per KV head
+        if cache.is_cuda:
+            if rows not in workspaces:
+                size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
+                if size == 0:
+                    raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
+                workspaces[rows] = torch.empty(max(size, 256), dtype=torch.uint8, device=q.device)
+            workspace = workspaces[rows]
+        else:
+            workspace = torch.empty(0, dtype=torch.uint8)
+        # (k, Hk, G, D) -> (Hk, k, G, D): kv's group holds token t's G heads at rows t G .. t G + G - 1.
+        qg = q[t0:t1].reshape(k, Hk, G, D).transpose(0, 1).reshape(1, rows, D).contiguous()
+        o, s = decode_step_new(qg, None, None, *view, workspace, stats, cache.max_len,
+                               cache._v_exp_fixed is not None, cache.softmax_scale, None,
+                               cache.refine_band, cache.refine_band + V_REFINE_EXTRA, w, None, cache._pinned,
+                               desc=desc)
+        out[t0:t1] = o.reshape(Hk, k, G, D).transpose(0, 1).reshape(k, H, D)
+        lse[t0:t1] = s.reshape(Hk, k, G).transpose(0, 1).reshape(k, H)
+    return out, lse
+
+
+def merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
+    """Two attention partials over disjoint key sets, (n, H, D) outputs and their (n, H) natural-
+    log LSEs, joined in float32: each weighted by its share of the total mass. An LSE of -inf
+    (no key) weighs 0; part b must hold a key for every row (the chunk's token sees itself)."""
+    top = torch.maximum(lse_a, lse_b)
+    wa = torch.exp(lse_a - top)
+    wb = torch.exp(lse_b - top)
+    num = wa.unsqueeze(-1) * out_a.float() + wb.unsqueeze(-1) * out_b.float()
+    return (num / (wa + wb).unsqueeze(-1)).to(out_b.dtype)

@@ -1,0 +1,169 @@
+"""FoldKVCache.prefill_request on a request that already holds tokens: the chunk after its history
+(a conversation's next turn, a prompt's suffix after fork()). CPU reference; the GPU file repeats
+the accuracy and the bits against the CPU.
+
+- Each chunk token matches float64 causal attention over the request's history and the chunk up
+  to itself, at the bf16 floor, for group sizes 1 to 64, with windows (tokens that see the whole
+  history, part of it, none of it), sinks, a pinned cache whose early pages are gone, a deep cache
+  (the history is read densely whatever the depth) and v8.
+- The chunk's tokens land in the cache as an extend would write them (the next step's bits).
+- A refused chunk changes nothing; a fork's chunk leaves its parent as it was.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fold_attention as fa
+from decode_helpers import bits16, default_scale, floor_err, rel_err
+from helpers import window_mask
+
+
+def _data(T, H, Hk, D, seed):
+    """q (T, H, D), k / v (T, Hk, D) bf16: keys with a heavy tail, values offset from zero."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(Hk, D, generator=g)
+    u = u / u.norm(dim=-1, keepdim=True)
+    e = torch.empty(T, Hk).exponential_(1.0, generator=g)
+    k = torch.randn(T, Hk, D, generator=g) + (3.0 * e ** 1.5).unsqueeze(-1) * u
+    v = torch.randn(T, Hk, D, generator=g) + 2.0
+    q = torch.randn(T, H, D, generator=g) * 0.5 + 2.0 * u.repeat_interleave(H // Hk, 0)
+    return q.bfloat16(), k.bfloat16(), v.bfloat16()
+
+
+def _reference(q, k, v, L, window=(-1, -1), sinks=None):
+    """Float64 causal attention of tokens L.. of q over k / v [0, T), FlashAttention's window;
+    sinks (H,) in every row's denominator. Returns (T - L, H, D)."""
+    T, H, D = q.shape
+    G = H // k.shape[1]
+    K = k.double().repeat_interleave(G, 1)
+    V = v.double().repeat_interleave(G, 1)
+    s = torch.einsum("ihd,jhd->hij", q[L:].double(), K) * default_scale(D)
+    keep = window_mask(T, True, window, device="cpu")[L:]
+    s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.double().view(H, 1, 1).expand(H, T - L, 1)], -1)
+    p = torch.softmax(s, -1)[..., :T]
+    return torch.einsum("hij,jhd->ihd", p, V)
+
+
+def _cache(H, Hk, D, max_len, **kw):
+    kw.setdefault("page_size", 64)
+    return fa.FoldKVCache(2, H, Hk, D, max_len, **kw)
+
+
+def _run(H, Hk, D, L, n, window=None, sinks=None, other=0, **kw):
+    """Request 1 takes L tokens (prefill_request), then an n-token chunk; request 0 holds
+    `other` tokens (a neighbour the chunk must not see). Returns (out, reference, cache, data)."""
+    q, k, v = _data(L + n, H, Hk, D, seed=L * 7 + n + H)
+    cache = _cache(H, Hk, D, L + n + 10, **kw)
+    assert cache.add_request() == 0
+    if other:
+        _, ko, vo = _data(other, H, Hk, D, seed=99)
+        cache.extend(0, ko, vo)
+    assert cache.add_request() == 1
+    call = {} if window is None else dict(window_size=window)
+    if sinks is not None:
+        call["sinks"] = sinks
+    cache.prefill_request(1, q[:L], k[:L], v[:L], **call)
+    out = cache.prefill_request(1, q[L:], k[L:], v[L:], **call)
+    ref = _reference(q, k, v, L, window if window is not None else (-1, -1), sinks)
+    assert out.shape == (n, H, D) and out.dtype == torch.bfloat16
+    assert int(cache.lengths[1]) == L + n
+    return out, ref, cache, (q, k, v)
+
+
+@pytest.mark.parametrize("H,Hk,D", [(8, 2, 64), (4, 4, 128), (16, 2, 64), (64, 1, 64), (12, 4, 64)],
+                         ids=["G4", "G1-D128", "G8", "G64", "G3"])
+def test_chunk_matches_float64(H, Hk, D):
+    # 70 tokens: several steps of 64 // G tokens (one token a step at G 64), the last one short.
+    out, ref, _, _ = _run(H, Hk, D, L=300, n=70, other=50)
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+
+
+def test_a_deep_cache_reads_its_history_densely():
+    out, ref, cache, _ = _run(8, 2, 64, L=600, n=33, depth=8.0)
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+    assert cache.depth == 8.0
+
+
+@pytest.mark.parametrize("left", [40, 350, 1000, 0], ids=["narrow", "part", "wide", "self"])
+def test_chunk_under_a_window(left):
+    # left 40: tokens 0..39 see the history's last 40 - t keys, the rest none of it; left 350:
+    # tokens 0..50 see all 300 history keys, the rest part of them; 0: each token itself alone.
+    out, ref, _, _ = _run(8, 2, 64, L=300, n=70, window=(left, 0))
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+
+
+def test_chunk_with_sinks():
+    sinks = torch.tensor([0.5, -1.0, 3.0, float("-inf"), 1.0, 0.0, 2.0, -2.0])
+    out, ref, _, _ = _run(8, 2, 64, L=200, n=40, window=(100, 0), sinks=sinks)
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+
+
+def test_chunk_on_a_pinned_cache_whose_early_pages_are_gone():
+    out, ref, cache, _ = _run(8, 2, 64, L=900, n=150, window=(200, 0), window_size=(200, 0),
+                              num_pages=12)
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+    assert cache._forgotten[1] > 0  # pages below the window went back during the prompt
+
+
+def test_chunk_on_a_v8_cache():
+    out, ref, _, _ = _run(8, 2, 64, L=300, n=40, v8=True)
+    # The history's values are E4M3 pairs (~bf16's precision), the chunk's own are bf16.
+    assert rel_err(out, ref) < 3.0 * floor_err(ref) + 1e-6
+
+
+@pytest.mark.parametrize("kw", [dict(depth=16.0), dict(depth=None, v8=True, v_scale=2.0**4)],
+                         ids=["plain", "v8-fixed"])
+def test_the_chunk_is_written_as_an_extend_would(kw):
+    H, Hk, D, L, n = 8, 2, 64, 300, 70
+    _, _, cache, (q, k, v) = _run(H, Hk, D, L, n, **kw)
+    twin = _cache(H, Hk, D, L + n + 10, **kw)
+    twin.add_request()
+    twin.add_request()
+    twin.extend(1, k, v)
+    qs = torch.randn(2, H, D).bfloat16()
+    a = fa.fold_attn_with_kvcache(qs, cache, return_lse=True)
+    b = fa.fold_attn_with_kvcache(qs, twin, return_lse=True)
+    assert torch.equal(bits16(a[0][1]), bits16(b[0][1]))
+    assert torch.equal(bits16(a[1][1]), bits16(b[1][1]))
+
+
+def test_a_refused_chunk_changes_nothing():
+    H, Hk, D = 8, 2, 64
+    q, k, v = _data(120, H, Hk, D, seed=5)
+    cache = _cache(H, Hk, D, 100)
+    cache.add_request()
+    cache.prefill_request(0, q[:80], k[:80], v[:80])
+    before = [t.clone() for t in (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.heavy_keys,
+                                  cache.page_table, cache.lengths)]
+    free = cache.free_pages
+    bad = q[80:90].clone()
+    bad[7, 3, 5] = float("nan")
+    with pytest.raises(ValueError, match="q holds a non-finite value"):
+        cache.prefill_request(0, bad, k[80:90], v[80:90])
+    with pytest.raises(ValueError, match="request 0 holds 80 tokens: the chunk's 40 more exceed"):
+        cache.prefill_request(0, q[80:120], k[80:120], v[80:120])
+    after = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.heavy_keys, cache.page_table,
+             cache.lengths)
+    for x, y in zip(before, after):
+        assert torch.equal(x, y)
+    assert cache.free_pages == free
+
+
+def test_a_forks_chunk_leaves_its_parent_as_it_was():
+    H, Hk, D = 8, 2, 64
+    q, k, v = _data(400, H, Hk, D, seed=6)
+    cache = _cache(H, Hk, D, 400)
+    cache.add_request()
+    cache.prefill_request(0, q[:250], k[:250], v[:250])  # a shared prefix (a system prompt)
+    qs = torch.randn(2, H, D).bfloat16()
+    parent = fa.fold_attn_with_kvcache(qs, cache)[0]
+    child = cache.fork(0)
+    out = cache.prefill_request(child, q[250:330], k[250:330], v[250:330])
+    ref = _reference(q[:330], k[:330], v[:330], 250)
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+    assert cache.length(0) == 250 and cache.length(child) == 330
+    assert torch.equal(bits16(fa.fold_attn_with_kvcache(qs, cache)[0]), bits16(parent))
