@@ -32,6 +32,7 @@ from . import _lib
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
 from ._history import history_attention, merge
+from ._truncate import heavy_list, page_sum
 from ._decode_lib import (
     HEAVY_KEYS,
     STATS_COUNTERS,
@@ -575,6 +576,52 @@ class FoldKVCache:
         self.v_exp[n].copy_(self.v_exp[b])
         self.lengths[n] = L
         return n
+
+    def truncate(self, request, length) -> None:
+        """Cuts active request `request` back to its first `length` tokens (0 <= length <= its
+        length): the tokens past it are forgotten, as after a speculative draft whose tail was
+        rejected. Later outputs and writes are the bits of a request that only ever received
+        those `length` tokens (the heavy-key list and the V sum of the page the cut falls in are
+        rebuilt from the kept keys where the cut tokens changed them).
+
+        The request keeps every page it holds (the next tokens are written into them, so a
+        reservation made with add_request(length=...) for captured steps still stands); a page
+        it shares with a fork at or past the cut is replaced by a page of its own (a copy of the
+        kept rows where the cut falls inside it), which may raise PagePoolExhausted, before
+        anything changes. Not for v8 caches (their V sums cannot be rebuilt from the stored
+        E4M3 values) nor caches pinned to a window (their heavy lists depend on keys they no
+        longer hold)."""
+        fn = "FoldKVCache.truncate"
+        b = self._check_request(request, fn)
+        L = int(self.lengths[b])
+        n = require_int(length, "length", fn, minimum=0, maximum=L)
+        if self.v8:
+            raise ValueError(f"{fn}: a v8 cache cannot be truncated (the V sum of a page cut in "
+                             "two cannot be rebuilt from its E4M3 values)")
+        if self._pinned:
+            raise ValueError(f"{fn}: a cache pinned to a window cannot be truncated (its heavy-key "
+                             "lists depend on keys it no longer holds)")
+        if n == L:
+            return
+        P = self.page_size
+        row = self._pages_host[b]
+        first = n // P  # the first logical page the next token writes
+        shared = [i for i in range(first, self._reserved[b]) if row[i] in self._shared]
+        self._require_pages(len(shared), fn, f"truncating request {b} (pages it shares with a fork)")
+        for i in shared:
+            page = self._free_pages.pop()
+            if i == first and n % P:
+                for t in (self.k_a, self.k_b, self.k_scale, self.v):
+                    t[page].copy_(t[row[i]])
+            self._drop_page(row[i])
+            row[i] = page
+            self.page_table[b, i] = page
+        if n % P:
+            self.v_page_sum[row[first]] = page_sum(self.v, row[first], n % P)
+        heavy = self.heavy_keys[b]
+        if bool((heavy >= n).any()):
+            heavy.copy_(heavy_list(self.k_scale, row, n, heavy.shape[1]))
+        self.lengths[b] = n
 
     def reset(self) -> None:
         """Releases every active request."""
