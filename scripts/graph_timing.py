@@ -29,9 +29,13 @@ def replay_times(g, reps):
 
 
 def graphed_median(fn, reps=20):
-    """fn() captured once in a CUDA graph (after one eager warm-up call), then replayed reps
+    """fn() captured once in a CUDA graph (after one eager warm-up call on a side stream), then replayed reps
     times, each after flush_l2(); the median replay time in microseconds."""
-    fn()
+    side = torch.cuda.Stream()  # (warm-up on a side stream, as torch's capture recipe does)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

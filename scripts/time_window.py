@@ -138,16 +138,19 @@ def main():
         print(f"{B:>2} {S:>6} {H:>3} {Hkv:>3} {D:>4} {W:>6} | {row[0][0]:8.1f} {row[1][0]:11.1f} "
               f"{fx[0]:5.1f} | {row[0][1]:8.1f} {row[1][1]:11.1f} {fx[1]:5.1f}", flush=True)
         if "--graphed" in sys.argv:
+            # Fresh leaves: q, k, v's gradient nodes were made on the default stream by the eager
+            # timings above, and a capture (on its own stream) that reaches them is invalidated.
+            qg, kg, vg = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
             arms = []
             for name, window in (("fold-win", (W - 1, 0)), ("fold-causal", (-1, -1))):
                 def fwd(window=window):
-                    return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
+                    return fa.fold_attn_func(qg, kg, vg, causal=True, window_size=window)
 
                 arms.append((name, fwd,
-                             lambda fwd=fwd: torch.autograd.grad(fwd(), (q, k, v), dout)))
+                             lambda fwd=fwd: torch.autograd.grad(fwd(), (qg, kg, vg), dout)))
             pairs = [win_pairs, causal_pairs, win_pairs]
             if flex is not None:
-                run, inputs = arm
+                run, inputs = flex_arm(qg, kg, vg, W)  # (its own fresh leaves)
                 d = dout.transpose(1, 2)
                 arms.append(("flex", run, lambda: torch.autograd.grad(run(), inputs, d)))
             g = [graphed_row([a], p, D)[0] for a, p in zip(arms, pairs)]

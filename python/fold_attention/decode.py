@@ -197,8 +197,7 @@ class FoldKVCache:
             those pages to the pool after every eager append or step, so a request holds about
             (left + 1) / page_size + 1 pages however long it grows (with num_pages, a
             sliding-window layer's cache needs only that). Calls may omit window_size (the
-            cache's applies) or pass the same left; any other window raises ValueError. CPU
-            only in this build (the CUDA writers' part is prepared, not yet run on a GPU).
+            cache's applies) or pass the same left; any other window raises ValueError.
 
     The buffers (k_a, k_b, k_scale, v / v_a / v_b, v_exp, v_page_sum, heavy_keys, page_table,
     lengths) belong to the cache: read them, but change them only through its methods (the
@@ -286,12 +285,6 @@ class FoldKVCache:
             before, _ = check_window_size(window_size, fn)
             self.window_size = tuple(int(x) for x in window_size)
             self._pinned = before if before < self.max_len else 0  # (0: hides nothing)
-            if self._pinned and self.device.type == "cuda":
-                raise NotImplementedError(
-                    f"{fn}: window_size: a cache pinned to a window runs on the CPU reference only "
-                    "in this build (its CUDA writers are prepared, not yet run on a GPU); build "
-                    "the CUDA cache without window_size and pass the window to each call"
-                )
 
         self.pages_per_request = -(-self.max_len // self.page_size)
         full = self.batch * self.pages_per_request  # every slot at max_len

@@ -21,8 +21,7 @@ Generation goes through FoldKVCache: `generate` (or passing ``fold_caches=FoldLa
 to the model's forward, with ``use_cache=False``) prefills one FoldKVCache per layer and
 then attends each new token with fold_attn_with_kvcache; the caches take unpadded prompts
 of causal decoders (a padding mask with them raises). ``pin_windows=True`` (to generate or
-FoldLayerCaches) pins each sliding layer's cache to its window, with a pool of a few pages
-(CPU caches only in this build).
+FoldLayerCaches) pins each sliding layer's cache to its window, with a pool of a few pages.
 """
 
 from __future__ import annotations

@@ -20,12 +20,6 @@ using fold::cpu::check_rows;
 
 void check_cuda_cache(const fold_kvcache_t *c) {
   fold::cpu::check_cache_layout(c);
-  // The CUDA writers' forgetting of a pinned cache's early keys (decode.h) is prepared, not yet
-  // run on a GPU: until it is, such a cache is the CPU reference's alone.
-  if (c->pinned_window != 0)
-    fold::fail(FOLD_ERR_UNSUPPORTED,
-               "cache->pinned_window: a cache pinned to a window runs on the CPU reference only "
-               "in this build");
   if (c->batch > 65535)
     fold::fail(FOLD_ERR_UNSUPPORTED, "cache->batch: the CUDA decode takes <= 65535 slots");
   if (c->n_kv_heads > 65535)

@@ -57,6 +57,7 @@
 #include "decode/decode_plan.h"
 #include "decode/e4m3.h"
 #include "decode/fp_rules.h"
+#include "decode/pinned_window.h"
 #include "decode/planes.h"
 #include "decode/reference_z.h"
 #include "decode/v8_planes.h"
@@ -161,6 +162,8 @@ struct AppendArgs {
                     // meanwhile); the rows kernel then also does the heavy-key lists (no
                     // append_heavy_kernel)
   int32_t *rej;     // with newlen: [batch] 1 where the step token was rejected, else 0
+  int32_t pinned;   // fold_kvcache_t::pinned_window: 0, or the window whose earlier keys the
+                    // writers forget (decode/pinned_window.h; DecodeCache leaves it out)
 };
 
 // Inserts key t of scale s into a KV head's heavy-key list (idx, sc: entries by decreasing
@@ -240,7 +243,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int from = s_from, to = s_to;
   if (from != kVExpUnset && to != from) {
-    for (int64_t e = threadIdx.x; e < static_cast<int64_t>(L) * D; e += blockDim.x) {
+    // A pinned cache re-scales from kept(L) on: the keys before it are never read again, and
+    // their pages may be another request's by now.
+    const int64_t first = static_cast<int64_t>(pinned_kept(L, a.pinned, c.page_size)) * D;
+    for (int64_t e = first + threadIdx.x; e < static_cast<int64_t>(L) * D; e += blockDim.x) {
       const int32_t t = static_cast<int32_t>(e / D);
       const int d = static_cast<int>(e % D);
       const int64_t r = key_row(c, b, hk, t) * D + d;
@@ -290,12 +296,14 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int tid = threadIdx.x;
   int32_t *heavy = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys;
+  const int32_t kept = pinned_kept(L, a.pinned, P);
   if (fused && tid < kHeavyKeys) {
-    // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale.
+    // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale. A pinned
+    // cache's entries before kept(L) are forgotten below, unread (their page may be released).
     const int32_t e = heavy[tid];
     const int32_t idx = e >= 0 && e < L ? e : -1;
     s_hidx[tid] = idx;
-    s_hsc[tid] = idx >= 0 ? c.k_scale[key_row(c, b, hk, idx)] : 0;
+    s_hsc[tid] = idx >= kept && idx >= 0 ? c.k_scale[key_row(c, b, hk, idx)] : 0;
   }
   uint16_t last_bits = 0;
   const int vexp = c.v8 ? v8_exponent(c, b, hk) : 0;
@@ -343,6 +351,7 @@ __global__ void __launch_bounds__(kThreads)
       idx[e] = s_hidx[e];
       sc[e] = s_hsc[e];
     }
+    if (a.pinned > 0) heavy_forget_before<kHeavyKeys>(idx, sc, kept);
     heavy_insert(idx, sc, L, last_bits);
     for (int e = 0; e < kHeavyKeys; ++e) heavy[e] = idx[e];
   }
@@ -360,16 +369,23 @@ __global__ void append_heavy_kernel(const DecodeCache c, const AppendArgs a) {
     return;
   }
   const int n = a.request < 0 ? 1 : a.n_tokens;
+  const int32_t kept = pinned_kept(L, a.pinned, c.page_size);
   for (int hk = threadIdx.x; hk < c.n_kv_heads; hk += blockDim.x) {
     int32_t *list = c.heavy_keys + (static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys;
     int32_t idx[kHeavyKeys];
     uint16_t sc[kHeavyKeys];
     for (int e = 0; e < kHeavyKeys; ++e) {
-      // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale.
+      // Entries outside [0, L) (a hand-made cache) are empty: their page would be stale. A
+      // pinned cache's entries before kept(L) are forgotten at the first token, unread.
       idx[e] = list[e] >= 0 && list[e] < L ? list[e] : -1;
-      sc[e] = idx[e] >= 0 ? c.k_scale[key_row(c, b, hk, idx[e])] : 0;
+      sc[e] = idx[e] >= kept && idx[e] >= 0 ? c.k_scale[key_row(c, b, hk, idx[e])] : 0;
     }
-    for (int32_t t = L; t < L + n; ++t) heavy_insert(idx, sc, t, c.k_scale[key_row(c, b, hk, t)]);
+    for (int32_t t = L; t < L + n; ++t) {
+      // (Per token, as the CPU writer: the list does not depend on how tokens were grouped.)
+      if (a.pinned > 0)
+        heavy_forget_before<kHeavyKeys>(idx, sc, pinned_kept(t, a.pinned, c.page_size));
+      heavy_insert(idx, sc, t, c.k_scale[key_row(c, b, hk, t)]);
+    }
     for (int e = 0; e < kHeavyKeys; ++e) list[e] = idx[e];
   }
   __syncthreads();
@@ -1982,7 +1998,13 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
         combine_pass1_if_last(c, p, ws, out, lse, s, hk, b);
     }
   } else {
-    split_item<NP, MMA, EXT>(c, p, ws, pass, stats, blockIdx.x, blockIdx.y, blockIdx.z);
+    // EXT with a window: the grid covers the splits a window can touch (launch_decode), counted
+    // from the split of the request's first window key (the splits before it add nothing).
+    int s = static_cast<int>(blockIdx.x);
+    if constexpr (EXT)
+      if (p.window_before > 0)
+        s += window_first(c.lengths[blockIdx.z], p.window_before) / kSplitKeys;
+    split_item<NP, MMA, EXT>(c, p, ws, pass, stats, s, blockIdx.y, blockIdx.z);
   }
   pdl_trigger();
 }
@@ -3307,7 +3329,7 @@ void launch_kvcache_append(const fold_kvcache_t &cache, int32_t request, int32_t
                            fold_tensor_t k, fold_tensor_t v, void *stream) {
   if (n_tokens <= 0) return;
   const DecodeCache c = device_view(cache);
-  const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr, nullptr};
+  const AppendArgs a{request, n_tokens, k, v, nullptr, nullptr, nullptr, cache.pinned_window};
   const int pages = (n_tokens + c.page_size - 1) / c.page_size + 1;
   launch_append_kernels(c, a, pages, 1, static_cast<cudaStream_t>(stream));
 }
@@ -3407,7 +3429,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // No memset: the front resets the step's counters and `stats` (decode_front_kernel).
   const bool appended = k_step.data != nullptr;
   if (appended) {
-    const AppendArgs a{-1, 1, k_step, v_step, nullptr, w.newlen, w.rej};
+    const AppendArgs a{-1, 1, k_step, v_step, nullptr, w.newlen, w.rej, cache.pinned_window};
     launch_append_kernels(c, a, c.batch, c.batch, stream);
   }
   const int G = p.n_heads / c.n_kv_heads;
@@ -3557,6 +3579,15 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   set_max_dynamic_smem(reinterpret_cast<const void *>(combine1), static_cast<int>(combine_smem),
                        "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
+  // A windowed step's plain split: only the splits a window of w keys can touch, at most
+  // (w - 1) / kSplitKeys + 2 of them (decode_split_kernel counts them from the window's first
+  // split), not the capacity's: a narrow window at a large batch otherwise launched thousands of
+  // blocks that return at once. Scheduling only: each split computes what it did.
+  const dim3 win_grid(
+      win ? static_cast<unsigned>(std::min<int64_t>(
+                w.splits, (static_cast<int64_t>(p.window_before) - 1) / kSplitKeys + 2))
+          : w.splits,
+      c.n_kv_heads, c.batch);
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
   if (ring && stages == 4 && !stages_forced) {
@@ -3677,8 +3708,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split2_k, split_grid, dim3(kThreads), smem2, stream, pdl,
              "decode_split2_kernel launch", c, p, ws, stats, lengths);
   else
-    launch_k(split, split_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c,
-             p, ws, out, lse, 0, stats, 0);
+    launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,
+             ws, out, lse, 0, stats, 0);
   // Pass 0's combine (the guard's flags).
   if (ept2)
     launch_k(combine2, cgrid2, dim3(kThreads), combine_smem2, stream, pdl,

@@ -1,7 +1,7 @@
 // The decode kernels' view of a cache: fold_kvcache_t's fields up to `lengths`, in its order.
-// pinned_window (decode.h) is left out: the CUDA writers do not take a pinned cache yet
-// (decode_cuda.cpp refuses one), and a parameter struct of the old size keeps every kernel's
-// parameter layout, hence its machine code, as it was.
+// pinned_window (decode.h) is left out: only the writers read it, through AppendArgs, and a
+// parameter struct of the old size keeps every other kernel's parameter layout, hence its
+// machine code, as it was.
 #pragma once
 
 #include <cstddef>

@@ -72,3 +72,25 @@ def test_the_chunk_is_written_as_an_extend_would_on_cuda():
     a = fa.fold_attn_with_kvcache(qs, gpu, return_lse=True)
     b = fa.fold_attn_with_kvcache(qs, twin, return_lse=True)
     assert torch.equal(bits16(a[0]), bits16(b[0])) and torch.equal(bits16(a[1]), bits16(b[1]))
+
+
+def test_chunk_on_a_pinned_cuda_cache():
+    """A cache pinned to a window of 200 whose early pages went back: the history steps take
+    windows narrower than the pinned one (the C ABI's [1, pinned]), reading only kept pages."""
+    H, Hk, D, L, n = 8, 2, 64, 900, 150
+    q, k, v = _data(L + n, H, Hk, D, seed=77)
+    caches = []
+    for dev in (CUDA, "cpu"):
+        c = fa.FoldKVCache(2, H, Hk, D, L + n + 10, page_size=64, device=dev, window_size=(200, 0),
+                           num_pages=12)
+        c.add_request()
+        c.prefill_request(0, q[:L].to(dev), k[:L].to(dev), v[:L].to(dev))
+        assert c._forgotten[0] > 0
+        caches.append(c)
+    gpu, cpu = caches
+    hg, lg = history_attention(gpu, 0, q[L:].to(CUDA), 201)
+    hc, lc = history_attention(cpu, 0, q[L:], 201)
+    assert_matches_cpu(hc, hg.cpu(), lc, lg.cpu(), exact=False)
+    out = gpu.prefill_request(0, q[L:].to(CUDA), k[L:].to(CUDA), v[L:].to(CUDA))
+    ref = _reference(q, k, v, L, (200, 0))
+    assert rel_err(out.cpu(), ref) < 2.0 * floor_err(ref) + 1e-6

@@ -208,15 +208,24 @@ def test_gradients_same_bits_with_forward_bounds(dtype, D, monkeypatch):
                     assert torch.equal(bits(a), bits(b)), f"{what} {name}=0: {g} bits differ"
 
 
-def test_training_forward_takes_bounds_only_when_needed(monkeypatch):
-    """fwd_train runs where autograd will need gradients and the rule says so (one query head
-    per KV head at D 64 / 128), fwd elsewhere (no_grad, inputs without requires_grad, KV
-    groups); FOLD_TRAIN_KV_BOUNDS overrides the rule both ways."""
+@pytest.mark.parametrize("route", ["eager", "ops"])
+def test_training_forward_takes_bounds_only_when_needed(monkeypatch, route):
+    """The forward takes the K / V bounds where autograd will need gradients and the rule says so
+    (one query head per KV head at D 64 / 128), not elsewhere (no_grad, inputs without
+    requires_grad, KV groups); FOLD_TRAIN_KV_BOUNDS overrides the rule both ways. On both routes
+    of an eager call (FOLD_EAGER_AUTOGRAD=0: the custom ops')."""
+    if route == "ops":
+        monkeypatch.setenv("FOLD_EAGER_AUTOGRAD", "0")
+    else:
+        monkeypatch.delenv("FOLD_EAGER_AUTOGRAD", raising=False)
     calls = []
-    real_train, real_fwd = training._fwd_train_op, training._fwd_op
-    monkeypatch.setattr(training, "_fwd_train_op",
-                        lambda *a: calls.append("train") or real_train(*a))
-    monkeypatch.setattr(training, "_fwd_op", lambda *a: calls.append("fwd") or real_fwd(*a))
+    real = training._forward  # (both routes, the eager one and the custom ops', call it)
+
+    def spy(*a, kv_bounds=False, **kw):
+        calls.append("train" if kv_bounds else "fwd")
+        return real(*a, kv_bounds=kv_bounds, **kw)
+
+    monkeypatch.setattr(training, "_forward", spy)
     q, k, v = (_randn((1, 64, 2, 64), torch.bfloat16, 80 + i) for i in range(3))
     fa.fold_attn_func(q, k, v)
     with torch.no_grad():

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 44's last call (carry [".ab"]): main's final library f44 (.ab/f44.so.xz: the landed
+# window grid and pinned CUDA writers, the relaxed pinned-window check), then
+#   1. the GPU files this session touched or enabled: the chunk after a history (a pinned CUDA
+#      cache's narrower windows among them), truncate, the pinned cache, the K / V bounds spy on
+#      both training routes, the training capture tests;
+#   2. time_window.py --graphed on the narrow window, eager route then ops' route (the script
+#      now captures fresh leaves after a side-stream warm-up).
+#   OUT=$OUT bash benchmarks/results/session44/scripts/final_check.sh
+set -u
+cd "$(dirname "$0")/../../../.."
+source notes/prepared/round_common.sh f44
+F=$(L f44)
+chk gpu_touched 150 env FOLD_ATTENTION_LIBRARY=$F python3 -m pytest -q -m gpu -p no:logging \
+  tests/python/test_gpu_decode_chunk_after_history.py tests/python/test_gpu_decode_truncate.py \
+  tests/python/test_gpu_decode_pinned_window.py tests/python/test_gpu_kv_bounds.py \
+  tests/python/test_gpu_training.py -k "chunk or truncate or cut or pinned or bounds or capture or spec"
+for route in 1 0; do
+  step graphed_$route 45 env FOLD_ATTENTION_LIBRARY=$F FOLD_EAGER_AUTOGRAD=$route \
+    FOLD_WINDOW_CASES="1,8192,64,8,64,128" python3 scripts/time_window.py --graphed
+done
+tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
+grep "^==" "$OUT/summary.txt"
+grep -hE "passed|failed" "$LOGS/gpu_touched.log" | tail -2
+for f in graphed_1 graphed_0; do echo "-- $f"; grep -v "^\s*$" "$LOGS/$f.log" | tail -8; done
+echo "fail=$fail"
