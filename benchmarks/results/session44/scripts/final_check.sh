@@ -4,7 +4,8 @@
 #   1. the GPU files this session touched or enabled: the chunk after a history (a pinned CUDA
 #      cache's narrower windows among them), truncate, the pinned cache, the K / V bounds spy on
 #      both training routes, the training capture tests;
-#   2. time_window.py --graphed on the narrow window, eager route then ops' route (the script
+#   2. the serving examples on CUDA caches;
+#   3. time_window.py --graphed on the narrow window, eager route then ops' route (the script
 #      now captures fresh leaves after a side-stream warm-up).
 #   OUT=$OUT bash benchmarks/results/session44/scripts/final_check.sh
 set -u
@@ -15,6 +16,9 @@ chk gpu_touched 150 env FOLD_ATTENTION_LIBRARY=$F python3 -m pytest -q -m gpu -p
   tests/python/test_gpu_decode_chunk_after_history.py tests/python/test_gpu_decode_truncate.py \
   tests/python/test_gpu_decode_pinned_window.py tests/python/test_gpu_kv_bounds.py \
   tests/python/test_gpu_training.py -k "chunk or truncate or cut or pinned or bounds or capture or spec"
+for ex in speculative_decoding prefix_sharing continuous_batching; do
+  chk ex_$ex 40 env FOLD_ATTENTION_LIBRARY=$F python3 examples/python/$ex.py --device cuda
+done
 for route in 1 0; do
   step graphed_$route 45 env FOLD_ATTENTION_LIBRARY=$F FOLD_EAGER_AUTOGRAD=$route \
     FOLD_WINDOW_CASES="1,8192,64,8,64,128" python3 scripts/time_window.py --graphed
@@ -22,5 +26,6 @@ done
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS/gpu_touched.log" | tail -2
+tail -n 1 "$LOGS"/ex_*.log
 for f in graphed_1 graphed_0; do echo "-- $f"; grep -v "^\s*$" "$LOGS/$f.log" | tail -8; done
 echo "fail=$fail"
