@@ -1052,8 +1052,9 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
 
     Args:
         q_step: (batch, n_heads, head_dim) or (batch, 1, n_heads, head_dim), the cache's dtype;
-            or (batch, n, n_heads, head_dim) with n > 1: n new tokens per request (a chunk
-            after a request's history, a speculative draft), run as n steps, each appending
+            or (batch, n, n_heads, head_dim) with n > 1: n new tokens per request (a
+            speculative draft: FoldKVCache.truncate then forgets the rejected ones; a longer
+            chunk for one request: FoldKVCache.prefill_request), run as n steps, each appending
             token i of every active request and attending its query i, so that query i sees
             its request's cache up to itself (causal). k_step / v_step are then required.
         cache: a FoldKVCache.
