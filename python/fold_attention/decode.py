@@ -577,38 +577,51 @@ class FoldKVCache:
         those `length` tokens (the heavy-key list and the V sum of the page the cut falls in are
         rebuilt from the kept keys where the cut tokens changed them).
 
-        The request keeps every page it holds (the next tokens are written into them, so a
-        reservation made with add_request(length=...) for captured steps still stands); a page
-        it shares with a fork at or past the cut is replaced by a page of its own (a copy of the
-        kept rows where the cut falls inside it), which may raise PagePoolExhausted, before
-        anything changes. Not for v8 caches (their V sums cannot be rebuilt from the stored
-        E4M3 values) nor caches pinned to a window (their heavy lists depend on keys they no
-        longer hold)."""
+        The request keeps the pages of its own (the next tokens are written into them, so a
+        reservation made with add_request(length=...) for captured steps still stands). Pages it
+        shares with a fork (fork()) past the cut are let go, and a shared page the cut falls
+        inside is replaced by a copy of its own (the one page this can take from the pool:
+        PagePoolExhausted before anything changes if none is free). length equal to the
+        request's length changes nothing. Not for v8 caches (their V sums cannot be rebuilt from
+        the stored E4M3 values) nor caches pinned to a window (their heavy lists depend on keys
+        they no longer hold)."""
         fn = "FoldKVCache.truncate"
         b = self._check_request(request, fn)
         L = int(self.lengths[b])
         n = require_int(length, "length", fn, minimum=0, maximum=L)
+        if n == L:
+            return
         if self.v8:
             raise ValueError(f"{fn}: a v8 cache cannot be truncated (the V sum of a page cut in "
                              "two cannot be rebuilt from its E4M3 values)")
         if self._pinned:
             raise ValueError(f"{fn}: a cache pinned to a window cannot be truncated (its heavy-key "
                              "lists depend on keys it no longer holds)")
-        if n == L:
-            return
         P = self.page_size
         row = self._pages_host[b]
         first = n // P  # the first logical page the next token writes
-        shared = [i for i in range(first, self._reserved[b]) if row[i] in self._shared]
-        self._require_pages(len(shared), fn, f"truncating request {b} (pages it shares with a fork)")
-        for i in shared:
-            page = self._free_pages.pop()
-            if i == first and n % P:
+        copy = n % P != 0 and row[first] in self._shared
+        self._require_pages(1 if copy else 0, fn,
+                            f"truncating request {b} (a copy of the page it shares with a fork)")
+        # From `first` on: a shared page the cut falls inside is copied (its kept rows); the
+        # other shared pages are let go (their rows are the other holders'); the request's own
+        # pages move down behind them, so that its pages stay its first _reserved[b] ones.
+        tail = []
+        for i in range(first, self._reserved[b]):
+            page = row[i]
+            if page not in self._shared:
+                tail.append(page)
+                continue
+            if i == first and copy:
+                new = self._free_pages.pop()
                 for t in (self.k_a, self.k_b, self.k_scale, self.v):
-                    t[page].copy_(t[row[i]])
-            self._drop_page(row[i])
-            row[i] = page
-            self.page_table[b, i] = page
+                    t[new].copy_(t[page])
+                tail.append(new)
+            self._drop_page(page)
+        end = self._reserved[b]
+        row[first:end] = tail + [-1] * (end - first - len(tail))
+        self._reserved[b] = first + len(tail)
+        self.page_table[b, first:end] = torch.tensor(row[first:end], dtype=torch.int32)
         if n % P:
             self.v_page_sum[row[first]] = page_sum(self.v, row[first], n % P)
         heavy = self.heavy_keys[b]
@@ -832,6 +845,8 @@ class FoldKVCache:
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
+        if sinks is not None:  # (NaN or +inf would reach every row; the steps refuse them too)
+            _check_sink_values(_step_sinks(sinks, self, fn), fn)
         out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
                                     window_size=window_size, sinks=sinks)
         for b in range(self.batch):
@@ -875,6 +890,18 @@ class FoldKVCache:
         self._check_values(k, v, fn)
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q holds a non-finite value")
+        if sinks is not None:  # (NaN or +inf would reach every row; the steps refuse them too)
+            _check_sink_values(_step_sinks(sinks, self, fn), fn)
+        if held and q.shape[0]:
+            if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+                # The history's decode steps have no backward: a gradient through the chunk's
+                # own part alone would be silently wrong.
+                raise ValueError(f"{fn}: a chunk after request {b}'s history has no backward; "
+                                 "pass tensors that do not require grad (or use torch.no_grad())")
+            cmul = torch.tensor(self.softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
+            if not _rotation_finite(q.reshape(-1, self.head_dim).float() * cmul.to(q.device)):
+                raise ValueError(f"{fn}: q is too large: a row is not finite after scaling and "
+                                 "rotation")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         if held == 0 or q.shape[0] == 0:
             out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,

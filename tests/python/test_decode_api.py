@@ -300,7 +300,7 @@ def test_cache_operation_errors():
         cache.prefill_request(b, torch.randn(127, 8, 64).bfloat16(), k[:127], k[:127])
 
 
-@pytest.mark.parametrize("case", ["huge_key", "nan_q", "inf_v"])
+@pytest.mark.parametrize("case", ["huge_key", "nan_q", "inf_v", "nan_sink"])
 def test_failed_prefill_leaves_the_cache_as_it_was(case):
     """prefill releases its slots and appends: every check must come first, so that an input
     the writers refuse (a finite key whose rotation overflows float32, a non-finite q or v)
@@ -317,11 +317,14 @@ def test_failed_prefill_leaves_the_cache_as_it_was(case):
     elif case == "nan_q":
         q[3, 1, 7] = float("nan")
         match = "q holds a non-finite value"
-    else:  # (checked before the release already before session 39: kept as a guard)
+    elif case == "inf_v":  # (checked before the release already before session 39: a guard)
         v[12, 0, 0] = float("inf")
         match = "v holds a non-finite value"
+    else:  # a NaN sink would give NaN rows (the steps refuse it too)
+        match = "sinks\\[2\\] must be finite or -inf"
+    sinks = torch.tensor([0.0, 1.0, float("nan"), -1.0]) if case == "nan_sink" else None
     with pytest.raises(ValueError, match=match):
-        cache.prefill(q, k, v, torch.tensor([0, 10, 20], dtype=torch.int32))
+        cache.prefill(q, k, v, torch.tensor([0, 10, 20], dtype=torch.int32), sinks=sinks)
     for name, x in before.items():
         assert torch.equal(getattr(cache, name), x), name
     if case == "nan_q":

@@ -167,3 +167,31 @@ def test_a_forks_chunk_leaves_its_parent_as_it_was():
     assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
     assert cache.length(0) == 250 and cache.length(child) == 330
     assert torch.equal(bits16(fa.fold_attn_with_kvcache(qs, cache)[0]), bits16(parent))
+
+
+def test_a_chunk_after_history_refuses_what_it_cannot_honour():
+    """Gradients (the history's decode steps have none), NaN / +inf sinks, a q whose rotation
+    overflows: each refused naming the argument, before anything is written."""
+    H, Hk, D = 8, 2, 64
+    q, k, v = _data(120, H, Hk, D, seed=8)
+    cache = _cache(H, Hk, D, 200)
+    cache.add_request()
+    cache.prefill_request(0, q[:80], k[:80], v[:80])
+    state = [t.clone() for t in (cache.k_a, cache.v, cache.heavy_keys, cache.page_table, cache.lengths)]
+    with pytest.raises(ValueError, match="has no backward"):
+        cache.prefill_request(0, q[80:90].clone().requires_grad_(True), k[80:90], v[80:90])
+    for bad in (float("nan"), float("inf")):
+        sinks = torch.zeros(H)
+        sinks[3] = bad
+        with pytest.raises(ValueError, match="sinks\\[3\\] must be finite or -inf"):
+            cache.prefill_request(0, q[80:90], k[80:90], v[80:90], sinks=sinks)
+    huge = q[80:90].clone()
+    huge[3, 5] = 1e38
+    with pytest.raises(ValueError, match="q is too large"):
+        cache.prefill_request(0, huge, k[80:90], v[80:90])
+    for x, y in zip(state, (cache.k_a, cache.v, cache.heavy_keys, cache.page_table, cache.lengths)):
+        assert torch.equal(x, y)
+    with torch.no_grad():
+        out = cache.prefill_request(0, q[80:90].clone().requires_grad_(True), k[80:90], v[80:90])
+    assert out.shape == (10, H, D) and int(cache.lengths[0]) == 90
+

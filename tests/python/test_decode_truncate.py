@@ -132,9 +132,13 @@ def test_a_cut_into_a_shared_page_copies_it():
     parent = fa.fold_attn_with_kvcache(q, cache, return_lse=True)
     child = cache.fork(0)
     free = cache.free_pages
-    cache.truncate(child, 100)  # inside logical page 1, shared with the parent; page 2 too
-    assert cache.free_pages == free - 2
-    shared = set(cache.page_table[0, :3].tolist()) & set(cache.page_table[child, :4].tolist())
+    # Inside logical page 1, shared with the parent: copied; page 2, shared, let go; the child's
+    # own copy of page 3 moves down to logical page 2.
+    own = cache.page_table[child, 3].item()
+    cache.truncate(child, 100)
+    assert cache.free_pages == free - 1
+    assert cache.page_table[child, 2].item() == own and cache.page_table[child, 3].item() == -1
+    shared = set(cache.page_table[0, :4].tolist()) & set(cache.page_table[child, :4].tolist())
     assert shared == {cache.page_table[0, 0].item()}  # only the page before the cut is shared
     fresh = _cache()
     fresh.add_request()
@@ -166,18 +170,26 @@ def test_refusals_change_nothing():
         c.add_request()
         c.extend(0, k[:100], v[:100])
         c.truncate(0, 50)
-    c = _cache(num_pages=4)
+    c = _cache(v8=True)  # (a cut to the request's own length changes nothing: accepted)
     c.add_request()
-    c.extend(0, k[:192], v[:192])  # three full pages
+    c.extend(0, k[:100], v[:100])
+    c.truncate(0, 100)
+    c = _cache(num_pages=3)
+    c.add_request()
+    c.extend(0, k[:192], v[:192])  # three full pages: the pool is full
     with pytest.raises(ValueError, match="length"):
         c.truncate(0, 193)
     with pytest.raises(ValueError, match="not active"):
         c.truncate(1, 0)
-    child = c.fork(0)  # shares all three pages; one page free
-    before = _state(c, child)
+    child = c.fork(0)  # shares all three pages
+    before = _state(c, child), c.page_table.clone(), dict(c._shared)
     with pytest.raises(fa.PagePoolExhausted, match="truncating request 1"):
-        c.truncate(child, 10)  # would need copies of pages 0, 1 and 2
-    _assert_same_state(_state(c, child), before)
-    assert c.free_pages == 1
-    c.truncate(child, 150)  # only page 2 needs a copy
-    assert c.free_pages == 0
+        c.truncate(child, 10)  # page 0, shared, would need a copy
+    _assert_same_state(_state(c, child), before[0])
+    assert torch.equal(c.page_table, before[1]) and c._shared == before[2]
+    c.truncate(child, 128)  # on a page boundary: pages 2 let go, nothing copied
+    assert c.free_pages == 0 and c._reserved[child] == 2
+    c.release(0)
+    assert c.free_pages == 1  # page 2 was the parent's alone by then
+    c.release(child)
+    assert c.free_pages == 3
