@@ -6,7 +6,9 @@
 #      both training routes, the training capture tests;
 #   2. the serving examples on CUDA caches;
 #   3. time_window.py --graphed on the narrow window, eager route then ops' route (the script
-#      now captures fresh leaves after a side-stream warm-up).
+#      now captures fresh leaves after a side-stream warm-up);
+#   4. scripts/time_serving_ops.py: a chunk after a history against n steps, a recomputed
+#      prompt and SDPA; truncate's host time.
 #   OUT=$OUT bash benchmarks/results/session44/scripts/final_check.sh [quick]   (quick: 1 and 2)
 set -u
 cd "$(dirname "$0")/../../../.."
@@ -25,9 +27,10 @@ for route in $routes; do
   step graphed_$route 45 env FOLD_ATTENTION_LIBRARY=$F FOLD_EAGER_AUTOGRAD=$route \
     FOLD_WINDOW_CASES="1,8192,64,8,64,128" python3 scripts/time_window.py --graphed
 done
+[ -z "$quick" ] && step serving 150 env FOLD_ATTENTION_LIBRARY=$F python3 scripts/time_serving_ops.py
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS/gpu_touched.log" | tail -2
 tail -n 1 "$LOGS"/ex_*.log
-for f in ${routes:+graphed_1 graphed_0}; do echo "-- $f"; grep -v "^\s*$" "$LOGS/$f.log" | tail -8; done
+for f in ${routes:+graphed_1 graphed_0 serving}; do echo "-- $f"; grep -v "^\s*$" "$LOGS/$f.log" | tail -14; done
 echo "fail=$fail"
