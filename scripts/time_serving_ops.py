@@ -8,6 +8,8 @@ the CPU):
     without the chunk path would do),
   - SDPA over contiguous bf16 K / V of L + n keys with the chunk's causal mask (a lower bound a
     paged prefill kernel would aim at), on CUDA;
+- the same chunk under a 128-key sliding window: the history's keys read back into one forward,
+  against decode steps per token;
 - FoldKVCache.truncate of a speculative draft's 4 tokens (host time: a cut whose tokens left
   the heavy-key list alone, and one that entered it).
 
@@ -98,6 +100,31 @@ def main(argv=None) -> list:
             rows.append(dict(L=L, n=n, chunk=t_chunk, steps=t_steps, recompute=t_all, sdpa=t_sdpa))
             print(f"{L:>6} {n:>5} | {t_chunk:9.1f} {t_steps:9.1f} {t_all:10.1f} {t_sdpa:9.1f}",
                   flush=True)
+    # a sliding window of 128 keys (gpt-oss): the read-back route against decode steps per token
+    from fold_attention import _history
+    L = histories[0]
+    q, k, v = rand(L, H, D), rand(L, Hkv, D), rand(L, Hkv, D)
+    cache = fa.FoldKVCache(1, H, Hkv, D, L + max(chunks), depth=16, page_size=256, device=dev)
+
+    def restore_w():
+        if cache.active:
+            cache.release(0)
+        cache.add_request()
+        cache.extend(0, k, v)
+
+    print(f"window (127, 0), L {L}: {'n':>5} | {'read-back':>9} {'steps':>9}")
+    for n in chunks:
+        cq, ck, cv = rand(n, H, D), rand(n, Hkv, D), rand(n, Hkv, D)
+        times = []
+        for cap in (_history.TAIL_KEYS_MAX, 0):
+            saved, _history.TAIL_KEYS_MAX = _history.TAIL_KEYS_MAX, cap
+            try:
+                times.append(run(lambda: cache.prefill_request(0, cq, ck, cv, window_size=(127, 0)),
+                                 restore_w, reps))
+            finally:
+                _history.TAIL_KEYS_MAX = saved
+        rows.append(dict(L=L, n=n, window=127, tail=times[0], steps=times[1]))
+        print(f"{'':>25} {n:>5} | {times[0]:9.1f} {times[1]:9.1f}", flush=True)
     # truncate: a draft of 4 tokens cut back (host time; the cut tokens in the heavy list or not)
     L = histories[0]
     k, v = rand(L + 4, Hkv, D), rand(L + 4, Hkv, D)

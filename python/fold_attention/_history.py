@@ -29,7 +29,7 @@ import ctypes
 import torch
 
 from . import _lib
-from ._decode_lib import library
+from ._decode_lib import V_EXP_UNSET, library
 from ._decode_op import cache_desc, decode_step_new
 
 V_REFINE_EXTRA = 2.0  # decode.py's (a dense step reads every plane whatever the bands)
@@ -73,6 +73,24 @@ def _pieces(windows: list[int | None], m: int) -> list[tuple[int, int, int]]:
         pieces.append((t, t1, w))
         t = t1
     return pieces
+
+
+TAIL_KEYS_MAX = 2048  # the windowed route's most history keys (its forward pads as many rows)
+
+
+def windowed_tail(cache, L: int, n: int, before: int) -> int:
+    """0, or T: the history keys the windowed route reads back (prefill_request). Taken where a
+    window (before = left + 1 > 0) cuts the history for some chunk token (token n - 1 sees
+    fewer than all L) and the first token's T = min(L, left) keys are few: at most
+    max(TAIL_KEYS_MAX, n), so the forward's padded rows cost at most about what the chunk's
+    own do, or a bounded amount. (-1 where the window hides the whole history: nothing to read,
+    the chunk alone.)"""
+    if before == 0 or before - n >= L:  # every token sees the whole history
+        return 0
+    T = min(L, before - 1)
+    if T == 0:
+        return -1
+    return T if T <= max(TAIL_KEYS_MAX, n) else 0
 
 
 def history_attention(cache, b: int, q: torch.Tensor, before: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,6 +138,41 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int) -> tuple[torc
         out[t0:t1] = o.reshape(Hk, k, G, D).transpose(0, 1).reshape(k, H, D)
         lse[t0:t1] = s.reshape(Hk, k, G).transpose(0, 1).reshape(k, H)
     return out, lse
+
+
+def history_tail(cache, b: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Request b's last T cached keys and values, (T, n_kv_heads, D) in the cache's dtype, read
+    back from the planes: K = H y / D with y = scale (A + B / 256) the stored rotated row (the
+    unnormalised Hadamard H is its own inverse up to D), within scale / 512 of the written
+    key, so bf16 keys come back as they were to well within their rounding; V as stored (bf16 /
+    fp16), or a v8 pair e (a + b / 8). For the windowed chunk path: the keys a sliding window
+    lets the chunk's tokens see."""
+    L = int(cache.lengths[b])
+    P, D = cache.page_size, cache.head_dim
+    dev = cache.k_a.device
+    j = torch.arange(L - T, L, device=dev)
+    pages = cache.page_table[b].to(dev).long()[j // P]
+    rows = j % P
+    a = cache.k_a[pages, :, rows].float()  # (T, Hk, D)
+    bb = cache.k_b[pages, :, rows].float()
+    scale = cache.k_scale[pages, :, rows].float().unsqueeze(-1)
+    y = (a + bb / 256.0) * scale
+    h = 1
+    while h < D:  # the butterflies, (x, z) -> (x + z, x - z)
+        y = y.view(T, -1, D // (2 * h), 2, h)
+        y = torch.cat([y[:, :, :, 0] + y[:, :, :, 1], y[:, :, :, 0] - y[:, :, :, 1]], dim=3)
+        y = y.reshape(T, -1, D)
+        h *= 2
+    k = (y / D).to(cache.dtype)
+    if cache.v is not None:
+        v = cache.v[pages, :, rows]
+    else:
+        e4 = torch.float8_e4m3fn
+        x = cache.v_exp[b].to(dev).float()
+        x = torch.where(x == V_EXP_UNSET, torch.zeros_like(x), x)
+        u = cache.v_a[pages, :, rows].view(e4).float() + cache.v_b[pages, :, rows].view(e4).float() / 8.0
+        v = (u * torch.exp2(x).view(1, -1, 1)).to(cache.dtype)
+    return k.contiguous(), v.contiguous()
 
 
 def merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,8 @@ import torch
 from . import _lib
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
-from ._history import history_attention, merge
+from . import _history
+from ._history import history_attention, history_tail, merge
 from ._truncate import heavy_list, page_sum
 from ._decode_lib import (
     HEAVY_KEYS,
@@ -870,8 +871,11 @@ class FoldKVCache:
         dense decode steps (every key, whatever the cache's depth; the chunk's queries of one
         KV head ride as rows of one group, 64 // group size tokens per step, so each step reads
         the history once for that many tokens), the chunk's own part by the training forward
-        over its bf16 / fp16 keys, and the two join through their LSEs in float32. window_size
-        and sinks as in prefill (positions count from the request's first token)."""
+        over its bf16 / fp16 keys, and the two join through their LSEs in float32. A sliding
+        window that cuts the history for some of the chunk's tokens takes another route: the
+        history keys the first token sees (at most 2,048 of them, else the route above), read
+        back from the planes, join the chunk in one forward. window_size and sinks as in
+        prefill (positions count from the request's first token)."""
         from .training import fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill_request"
@@ -903,12 +907,26 @@ class FoldKVCache:
                 raise ValueError(f"{fn}: q is too large: a row is not finite after scaling and "
                                  "rotation")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
-        if held == 0 or q.shape[0] == 0:
+        before = check_window_size(window_size, fn)[0]
+        tail = _history.windowed_tail(self, held, q.shape[0], before) if held and q.shape[0] else 0
+        if held == 0 or q.shape[0] == 0 or tail < 0:  # (tail < 0: the window hides the history)
             out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
                                         window_size=window_size, sinks=sinks)
+        elif tail:
+            # A window that cuts the history for some of the chunk's tokens: the T history keys
+            # the first token sees, read back from the planes, join the chunk in one forward
+            # (T query rows of zeros in front, their outputs dropped), so that every token's
+            # window is the forward's own mask. (Decode steps would take one per such token.)
+            T = tail
+            kt, vt = history_tail(self, b, T)
+            pad = torch.zeros((T, self.n_heads, self.head_dim), dtype=q.dtype, device=q.device)
+            cu2 = torch.tensor([0, T + q.shape[0]], dtype=torch.int32, device=q.device)
+            out = fold_attn_varlen_func(torch.cat([pad, q]), torch.cat([kt, k]), torch.cat([vt, v]),
+                                        cu2, causal=True, softmax_scale=self.softmax_scale,
+                                        window_size=window_size, sinks=sinks)[T:]
         else:
             # The history first: nothing is written until both parts have run.
-            hist, hist_lse = history_attention(self, b, q, check_window_size(window_size, fn)[0])
+            hist, hist_lse = history_attention(self, b, q, before)
             own, own_lse = fold_attn_varlen_func(q, k, v, cu, causal=True,
                                                  softmax_scale=self.softmax_scale,
                                                  window_size=window_size, sinks=sinks,

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import fold_attention as fa
+from fold_attention import _history
 from decode_helpers import bits16, default_scale, floor_err, rel_err
 from helpers import window_mask
 
@@ -88,12 +89,41 @@ def test_a_deep_cache_reads_its_history_densely():
     assert cache.depth == 8.0
 
 
+@pytest.mark.parametrize("route", ["tail", "steps"])
 @pytest.mark.parametrize("left", [40, 350, 1000, 0], ids=["narrow", "part", "wide", "self"])
-def test_chunk_under_a_window(left):
+def test_chunk_under_a_window(left, route, monkeypatch):
     # left 40: tokens 0..39 see the history's last 40 - t keys, the rest none of it; left 350:
     # tokens 0..50 see all 300 history keys, the rest part of them; 0: each token itself alone.
+    # Both routes: the history keys read back into one forward ("tail", the default here), and
+    # decode steps per window ("steps", taken where the window's keys are many).
+    if route == "steps":
+        monkeypatch.setattr(_history, "TAIL_KEYS_MAX", 0)
     out, ref, _, _ = _run(8, 2, 64, L=300, n=70, window=(left, 0))
     assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+
+
+@pytest.mark.parametrize("v8,D,dtype", [(False, 64, torch.bfloat16), (True, 128, torch.bfloat16),
+                                        (False, 256, torch.float16)])
+def test_history_tail_reads_the_keys_back(v8, D, dtype):
+    """The windowed route's read-back: keys within 1e-4 of the written ones (the planes keep
+    ~16 bits), most bit for bit after the rounding to the cache's dtype; values as stored (bf16 /
+    fp16) or within v8's pair precision."""
+    g = torch.Generator().manual_seed(1)
+    L, Hk = 300, 2
+    k = (torch.randn(L, Hk, D, generator=g) * 3).to(dtype)
+    v = (torch.randn(L, Hk, D, generator=g) + 1).to(dtype)
+    c = fa.FoldKVCache(2, 4, Hk, D, 400, page_size=64, v8=v8, dtype=dtype)
+    c.add_request()
+    c.add_request()
+    c.extend(1, k, v)
+    kt, vt = _history.history_tail(c, 1, 130)
+    assert kt.shape == vt.shape == (130, Hk, D) and kt.dtype == vt.dtype == dtype
+    assert ((kt.float() - k[-130:].float()).abs().max() / k.float().abs().max()).item() < 1e-4
+    assert (kt == k[-130:]).float().mean().item() > 0.9
+    if v8:
+        assert rel_err(vt, v[-130:].double()) < 1e-3
+    else:
+        assert torch.equal(vt, v[-130:])
 
 
 def test_chunk_with_sinks():
