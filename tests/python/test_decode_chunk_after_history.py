@@ -225,3 +225,34 @@ def test_a_chunk_after_history_refuses_what_it_cannot_honour():
         out = cache.prefill_request(0, q[80:90].clone().requires_grad_(True), k[80:90], v[80:90])
     assert out.shape == (10, H, D) and int(cache.lengths[0]) == 90
 
+
+@pytest.mark.parametrize("dtype,big", [(torch.bfloat16, 1e37), (torch.float16, 65504.0)],
+                         ids=["bf16-1e37", "fp16-max"])
+def test_windowed_read_back_of_extreme_keys_stays_finite(dtype, big):
+    """Keys the writer takes at the dtype's edge (bf16 1e37, whose D-fold sum overflows float32;
+    fp16 +-65504, whose read-back can land past 65504) come back finite, and the windowed chunk
+    matches float64 attention over the keys the cache holds (one huge element leaves the row's
+    others to the planes' step, scale / 512: the history's keys are what the cache kept)."""
+    H, Hk, D, L, n = 8, 2, 64, 100, 4
+    q, k, v = _data(L + n, H, Hk, D, seed=21)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    g = torch.Generator().manual_seed(22)
+    if dtype == torch.float16:  # every element at +-65504 (the read-back's rounding reaches past it)
+        k[:L] = big * torch.sign(torch.randn(L, Hk, D, generator=g)).to(dtype)
+        q = q / 4096  # (moderate logits)
+    else:  # one element per key: the rotation's D-fold sums reach 6.4e38 > FLT_MAX
+        k[:L, :, 0] = big * torch.sign(torch.randn(L, Hk, generator=g)).to(dtype)
+        q = q / 4
+        q[:, :, 0] = 0
+    cache = _cache(H, Hk, D, L + n + 10, dtype=dtype)
+    cache.add_request()
+    cache.extend(0, k[:L], v[:L])
+    kt, _ = _history.history_tail(cache, 0, 50)
+    assert bool(torch.isfinite(kt).all())
+    out = cache.prefill_request(0, q[L:], k[L:], v[L:], window_size=(50, 0))
+    held = k.clone()
+    held[L - 50:L] = kt  # (keys before L - 50 are outside every token's window)
+    ref = _reference(q, held, v, L, (50, 0))
+    assert bool(torch.isfinite(out).all())
+    assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
+
