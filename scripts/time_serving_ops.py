@@ -49,6 +49,14 @@ def timer(dev):
     return run
 
 
+def refill(cache, k, v) -> None:
+    """Slot 0 of `cache` holds exactly the tokens k, v again (released and refilled)."""
+    if cache.active:
+        cache.release(0)
+    cache.add_request()
+    cache.extend(0, k, v)
+
+
 def main(argv=None) -> list:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -71,13 +79,7 @@ def main(argv=None) -> list:
     for L in histories:
         q, k, v = rand(L, H, D), rand(L, Hkv, D), rand(L, Hkv, D)
         cache = fa.FoldKVCache(1, H, Hkv, D, L + max(chunks), depth=16, page_size=256, device=dev)
-
-        def restore():
-            if cache.active:
-                cache.release(0)
-            cache.add_request()
-            cache.extend(0, k, v)
-
+        restore = lambda: refill(cache, k, v)  # noqa: E731
         for n in chunks:
             cq, ck, cv = rand(n, H, D), rand(n, Hkv, D), rand(n, Hkv, D)
             t_chunk = run(lambda: cache.prefill_request(0, cq, ck, cv), restore, reps)
@@ -105,13 +107,6 @@ def main(argv=None) -> list:
     L = histories[0]
     q, k, v = rand(L, H, D), rand(L, Hkv, D), rand(L, Hkv, D)
     cache = fa.FoldKVCache(1, H, Hkv, D, L + max(chunks), depth=16, page_size=256, device=dev)
-
-    def restore_w():
-        if cache.active:
-            cache.release(0)
-        cache.add_request()
-        cache.extend(0, k, v)
-
     print(f"window (127, 0), L {L}: {'n':>5} | {'read-back':>9} {'steps':>9}")
     for n in chunks:
         cq, ck, cv = rand(n, H, D), rand(n, Hkv, D), rand(n, Hkv, D)
@@ -120,7 +115,7 @@ def main(argv=None) -> list:
             saved, _history.TAIL_KEYS_MAX = _history.TAIL_KEYS_MAX, cap
             try:
                 times.append(run(lambda: cache.prefill_request(0, cq, ck, cv, window_size=(127, 0)),
-                                 restore_w, reps))
+                                 lambda: refill(cache, k, v), reps))
             finally:
                 _history.TAIL_KEYS_MAX = saved
         rows.append(dict(L=L, n=n, window=127, tail=times[0], steps=times[1]))
@@ -132,13 +127,7 @@ def main(argv=None) -> list:
     heavy[L:] *= 50  # draft keys that enter the heavy-key list: the list is rebuilt
     cache = fa.FoldKVCache(1, H, Hkv, D, L + 4, depth=16, page_size=256, device=dev)
     for name, keys in (("truncate", k), ("truncate (heavy list rebuilt)", heavy)):
-        def restore(keys=keys):
-            if cache.active:
-                cache.release(0)
-            cache.add_request()
-            cache.extend(0, keys, v)
-
-        t = run(lambda: cache.truncate(0, L), restore, reps)
+        t = run(lambda: cache.truncate(0, L), lambda: refill(cache, keys, v), reps)
         rows.append(dict(op=name, L=L, us=t))
         print(f"{name}, L {L}: {t:.1f} µs", flush=True)
     return rows

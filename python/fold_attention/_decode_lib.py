@@ -15,6 +15,7 @@ from ._lib import FoldTensor
 __all__ = [
     "SPLIT_KEYS",
     "V_EXP_UNSET",
+    "V_REFINE_EXTRA",
     "STATS_COUNTERS",
     "FoldKVCacheDesc",
     "FoldDecodeParams",
@@ -26,6 +27,7 @@ __all__ = [
 SPLIT_KEYS = 512
 HEAVY_KEYS = 8
 V_EXP_UNSET = -1000
+V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
 STATS_COUNTERS = 8  # FOLD_DECODE_CUDA_STATS
 
 

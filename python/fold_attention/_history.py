@@ -29,10 +29,9 @@ import ctypes
 import torch
 
 from . import _lib
-from ._decode_lib import V_EXP_UNSET, library
+from ._decode_lib import V_EXP_UNSET, V_REFINE_EXTRA, library
 from ._decode_op import cache_desc, decode_step_new
-
-V_REFINE_EXTRA = 2.0  # decode.py's (a dense step reads every plane whatever the bands)
+from ._hadamard import hadamard_unnormalised
 
 _MAX_GROUP_ROWS = 64
 
@@ -158,13 +157,7 @@ def history_tail(cache, b: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     scale = cache.k_scale[pages, :, rows].float().unsqueeze(-1)
     # Divided by D (a power of two) first: the butterflies' sums then stay within max |k|, where
     # D |k| could overflow float32 for bf16 keys the writer took (its rotation was finite).
-    y = (a + bb / 256.0) * scale / D
-    h = 1
-    while h < D:  # the butterflies, (x, z) -> (x + z, x - z)
-        y = y.view(T, -1, D // (2 * h), 2, h)
-        y = torch.cat([y[:, :, :, 0] + y[:, :, :, 1], y[:, :, :, 0] - y[:, :, :, 1]], dim=3)
-        y = y.reshape(T, -1, D)
-        h *= 2
+    y = hadamard_unnormalised((a + bb / 256.0) * scale / D)
     # (The read-back can land a few units past the dtype's largest value, e.g. fp16 keys at
     # +-65504: clamped, as the keys written were finite.)
     top = torch.finfo(cache.dtype).max
@@ -176,7 +169,6 @@ def history_tail(cache, b: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = cache.v_exp[b].to(dev).float()
         x = torch.where(x == V_EXP_UNSET, torch.zeros_like(x), x)
         u = cache.v_a[pages, :, rows].view(e4).float() + cache.v_b[pages, :, rows].view(e4).float() / 8.0
-        top = torch.finfo(cache.dtype).max
         v = (u * torch.exp2(x).view(1, -1, 1)).clamp(-top, top).to(cache.dtype)
     return k.contiguous(), v.contiguous()
 

@@ -32,12 +32,14 @@ from . import _lib
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
 from . import _history
+from ._hadamard import hadamard_unnormalised
 from ._history import history_attention, history_tail, merge
 from ._truncate import heavy_list, page_sum
 from ._decode_lib import (
     HEAVY_KEYS,
     STATS_COUNTERS,
     V_EXP_UNSET,
+    V_REFINE_EXTRA,
     FoldKVCacheDesc,
     library,
 )
@@ -52,7 +54,6 @@ _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _E4M3_MAX = 448.0
 DEFAULT_REFINE_BAND = 8.0
-V_REFINE_EXTRA = 2.0  # plane B of V is read within refine_band + 2 binades of Z
 
 
 def _cuda_missing() -> str | None:
@@ -123,16 +124,18 @@ def _rotation_finite(y: torch.Tensor) -> bool:
     D = y.shape[1]
     if bool((y.abs() < 2.0 ** (128 - D.bit_length())).all()):  # D values below FLT_MAX / D
         return True
-    h = 1
-    while h < D:
-        y = y.view(y.shape[0], -1, 2, h)
-        y = torch.cat([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], dim=2)
-        y = y.reshape(y.shape[0], D)
-        h *= 2
-    return bool(torch.isfinite(y).all())
+    return bool(torch.isfinite(hadamard_unnormalised(y)).all())
 
 
 _LOG2E = 1.44269504088896340736  # (decode_step.cpp's kLog2e, as a float32 below)
+
+
+def _query_rotation_finite(rows: torch.Tensor, softmax_scale: float) -> bool:
+    """Whether query rows (..., D) stay finite once scaled by softmax_scale x log2 e (both as
+    float32) and rotated, as the decode step quantises them (the C reference refuses them
+    otherwise)."""
+    cmul = torch.tensor(softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
+    return _rotation_finite(rows.reshape(-1, rows.shape[-1]).float() * cmul.to(rows.device))
 
 
 class PagePoolExhausted(RuntimeError):
@@ -480,6 +483,12 @@ class FoldKVCache:
         else:
             self._free_pages.append(page)
 
+    def _copy_page(self, dst: int, src: int) -> None:
+        """Pool page src's contents (K planes and scales, V, its V sums) into page dst."""
+        for t in (self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_page_sum):
+            if t is not None:
+                t[dst].copy_(t[src])
+
     def _activate(self, b: int) -> None:
         self.lengths[b] = 0
         self.heavy_keys[b].fill_(-1)
@@ -562,9 +571,7 @@ class FoldKVCache:
         if partial:
             row[full] = page = self._free_pages.pop()
             self._reserved[n] = full + 1
-            for t in (self.k_a, self.k_b, self.k_scale, self.v, self.v_a, self.v_b, self.v_page_sum):
-                if t is not None:
-                    t[page].copy_(t[src[full]])
+            self._copy_page(page, src[full])
         self.page_table[n, : self._reserved[n]] = torch.tensor(row[: self._reserved[n]], dtype=torch.int32)
         self.heavy_keys[n].copy_(self.heavy_keys[b])
         self.v_exp[n].copy_(self.v_exp[b])
@@ -615,8 +622,7 @@ class FoldKVCache:
                 continue
             if i == first and copy:
                 new = self._free_pages.pop()
-                for t in (self.k_a, self.k_b, self.k_scale, self.v):
-                    t[new].copy_(t[page])
+                self._copy_page(new, page)
                 tail.append(new)
             self._drop_page(page)
         end = self._reserved[b]
@@ -902,8 +908,7 @@ class FoldKVCache:
                 # own part alone would be silently wrong.
                 raise ValueError(f"{fn}: a chunk after request {b}'s history has no backward; "
                                  "pass tensors that do not require grad (or use torch.no_grad())")
-            cmul = torch.tensor(self.softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
-            if not _rotation_finite(q.reshape(-1, self.head_dim).float() * cmul.to(q.device)):
+            if not _query_rotation_finite(q, self.softmax_scale):
                 raise ValueError(f"{fn}: q is too large: a row is not finite after scaling and "
                                  "rotation")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
@@ -1252,9 +1257,7 @@ def _tokens(q, cache: FoldKVCache, k, v, return_lse: bool, window_size, sinks, f
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q_step holds a non-finite value")
         if not cache.is_cuda and active:
-            cmul = torch.tensor(cache.softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
-            rows = q[torch.tensor(active, dtype=torch.long)].reshape(-1, D).float() * cmul
-            if not _rotation_finite(rows):
+            if not _query_rotation_finite(q[torch.tensor(active, dtype=torch.long)], cache.softmax_scale):
                 raise ValueError(f"{fn}: q_step is too large: a row is not finite after scaling and "
                                  "rotation")
         if active:
