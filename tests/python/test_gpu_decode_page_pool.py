@@ -13,7 +13,6 @@ Skipped without a CUDA device or a CUDA build.
 
 from __future__ import annotations
 
-import faulthandler
 
 import pytest
 import torch
@@ -35,15 +34,6 @@ _READY, _WHY = gpu_ready()
 CUDA = torch.device("cuda")
 TIME_LIMIT_S = 60
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
-
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    # A hung kernel blocks inside a CUDA call where no Python signal can land: the watchdog
-    # thread dumps the stacks and ends the process instead.
-    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ Skipped without a CUDA device or a CUDA build (the CPU half of the second test r
 
 from __future__ import annotations
 
-import faulthandler
 
 import pytest
 import torch
@@ -36,14 +35,6 @@ _READY, _WHY = gpu_ready()
 CUDA = torch.device("cuda")
 TIME_LIMIT_S = 60
 
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    # A hung kernel blocks inside a CUDA call where no Python signal can land: the watchdog
-    # thread dumps the stacks and ends the process instead.
-    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 # Empty, 1, a free slot, partial chunks and splits; 255, 511 and 2047 keys cross a page boundary
 # of every tested size (256 / 512 / 2048 tokens) on the first or second appending step.
 RAGGED = [0, 1, 63, None, 511, 1300, 255, 2047]

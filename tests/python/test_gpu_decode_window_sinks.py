@@ -15,7 +15,6 @@ CUDA; every test runs under a hard time limit.
 
 from __future__ import annotations
 
-import faulthandler
 
 import pytest
 import torch
@@ -32,15 +31,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
 
 TIME_LIMIT_S = 120
 CUDA = torch.device("cuda")
-
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    # A hung kernel blocks inside a CUDA call where no Python signal can land: the watchdog
-    # thread dumps the stacks and ends the process instead.
-    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def _pair(B, H, Hkv, D, max_len, **kw):

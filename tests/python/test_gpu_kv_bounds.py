@@ -7,8 +7,6 @@ does not read K and V again. Checked here: the bounds are exactly those of a flo
 v1 / v1.1, the other epilogue, two CTAs walking every tile), out and lse keep the plain
 forward's bits, and the gradients are the same bits with or without the forward's bounds.
 """
-import faulthandler
-import sys
 
 import pytest
 import torch
@@ -26,13 +24,6 @@ DEV = "cuda"
 HALF = (torch.bfloat16, torch.float16)
 DIMS = (64, 96, 128, 256)
 CANONICAL_NAN = 0x7FFFFFFF
-
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    faulthandler.dump_traceback_later(120, exit=True, file=sys.stderr)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def _randn(shape, dtype, seed, scale=1.0):

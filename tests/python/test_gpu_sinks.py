@@ -29,7 +29,6 @@ refuse sinks; the v0 fallback (a layout TMA cannot describe) applies them too.
 Skipped without a CUDA device or when the library was built without CUDA.
 """
 
-import faulthandler
 
 import pytest
 import torch
@@ -45,21 +44,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
 DEV = "cuda"
 HALF = (torch.bfloat16, torch.float16)
 DIMS = (64, 96, 128, 256)
-TEST_TIME_LIMIT_S = 120  # a hung kernel must not eat the GPU lease
+TIME_LIMIT_S = 120  # a hung kernel must not eat the GPU lease
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 # (causal, window_size): no window, causal and not; a window that cuts (127 keys back), causal,
 # and one on both sides, not causal.
 CASES = [(True, (-1, -1)), (False, (-1, -1)), (True, (127, 0)), (False, (150, 77))]
 CASE_IDS = ["causal", "full", "causal_w127", "both150_77"]
-
-
-@pytest.fixture(autouse=True)
-def _time_limit():
-    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
 
 
 def _sinks(H, seed):
@@ -73,12 +64,9 @@ def _sinks(H, seed):
     return s.bfloat16().float()
 
 
-
-
 def _rel(x, ref, floor):
     ref = ref.double()
     return (x.double() - ref).norm().item() / max(ref.norm().item(), floor)
-
 
 
 def _ref64(q, k, v, dout, sinks, causal, window):

@@ -9,7 +9,6 @@ form and schedule setting keeps the bits; a window that masks nothing gives the 
 Skipped without a CUDA device or when the library was built without CUDA.
 """
 
-import faulthandler
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
 DEV = "cuda"
 HALF = (torch.bfloat16, torch.float16)
 DIMS = (64, 96, 128, 256)
-TEST_TIME_LIMIT_S = 120  # a hung kernel must not eat the GPU lease
+TIME_LIMIT_S = 120  # a hung kernel must not eat the GPU lease
 
 # (causal, window_size): windows that cut inside blocks on one side or both, one narrower than
 # a block, one key only, one longer than the sequence (masks nothing).
@@ -41,20 +40,9 @@ WINDOWS = [
 WINDOW_IDS = ["causal100", "causal300", "self", "both150_77", "after40", "both9", "wide"]
 
 
-@pytest.fixture(autouse=True)
-def _time_limit():
-    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-
-
-
 def _rel(x, ref, floor):
     ref = ref.double()
     return (x.double() - ref).norm().item() / max(ref.norm().item(), floor)
-
 
 
 def _ref64(q, k, v, dout, causal, window):

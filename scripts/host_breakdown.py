@@ -1,0 +1,128 @@
+"""Where an eager training call's host time goes (not the benchmark protocol; needs a GPU).
+
+Per shape, forward and forward + backward on the eager route:
+  total     the Python call's wall time per call (perf_counter over back-to-back calls, no sync
+            between; the launch queue never fills at these counts);
+  C calls   each library entry point's wall time per call, timed by wrapping the ctypes
+            functions (what the library's host side costs: checks, tensor maps, launches);
+  pieces    the torch calls the wrapper makes around them, timed alone in a loop on the same
+            device: torch.empty of the outputs, torch.cuda.device(...) enter / exit, the current
+            stream's handle, the autograd engine's round trip for a no-op Function.
+The rest (total minus C calls) is the package's Python and torch's dispatch.
+
+    python3 scripts/host_breakdown.py    (FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: no window)
+"""
+import collections
+import time
+
+import torch
+
+import fold_attention as fa
+from fold_attention import _lib
+from quick_timing import env_cases  # scripts/ is on sys.path when run as a script
+
+CASES = [(1, 128, 8, 8, 64, 0), (2, 8192, 32, 8, 128, 0)]
+ENTRY_POINTS = ("fold_fwd_cuda", "fold_fwd_cuda_kv_bounds", "fold_bwd_cuda",
+                "fold_bwd_cuda_kv_bounds", "fold_bwd_cuda_workspace_size")
+
+
+class TimedLibrary:
+    """The loaded library with ENTRY_POINTS wrapped by wall-clock timers."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self.spent = collections.Counter()
+        self.calls = collections.Counter()
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if name not in ENTRY_POINTS:
+            return fn
+
+        def timed(*args):
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.spent[name] += time.perf_counter() - t
+                self.calls[name] += 1
+        return timed
+
+    def reset(self):
+        self.spent.clear()
+        self.calls.clear()
+
+
+def per_call_us(fn, n):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    spent = (time.perf_counter() - t) / n
+    torch.cuda.synchronize()
+    return spent * 1e6
+
+
+class _Noop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def pieces(dev):
+    x = torch.zeros(4, device=dev, requires_grad=True)
+    g = torch.ones(4, device=dev)
+    out = [("torch.empty (4 KB, cuda)", lambda: torch.empty(1024, device=dev)),
+           ("torch.cuda.device(...) enter / exit", lambda: torch.cuda.device(dev).__enter__()
+            or None),
+           ("current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
+           ("autograd.grad through a no-op Function", lambda: torch.autograd.grad(
+               _Noop.apply(x), x, g))]
+
+    def enter_exit():
+        with torch.cuda.device(dev):
+            pass
+    out[1] = ("torch.cuda.device(...) enter / exit", enter_exit)
+    for label, fn in out:
+        print(f"  {label:<42} {per_call_us(fn, 2000):8.2f} us", flush=True)
+
+
+def main():
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    timed_lib = TimedLibrary(_lib.library())
+    _lib.library = lambda: timed_lib  # the package looks the library up per call
+    print("torch pieces, per call:")
+    pieces(dev)
+    for B, S, H, Hkv, D, W in env_cases("FOLD_HOST_CASES", CASES):
+        print(f"B {B} S {S} H {H}/{Hkv} D {D} window {W or 'none'} (causal)", flush=True)
+        torch.manual_seed(0)
+        q = torch.randn(B, S, H, D, device=dev, dtype=dtype, requires_grad=True)
+        k = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
+        v = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
+        dout = torch.randn(B, S, H, D, device=dev, dtype=dtype)
+        window = (W - 1, 0) if W else (-1, -1)
+
+        def fwd():
+            return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
+
+        def step():
+            return torch.autograd.grad(fwd(), (q, k, v), dout)
+        n = 50 if S * B <= 4096 else 10
+        for label, fn in (("forward", fwd), ("forward + backward", step)):
+            timed_lib.reset()
+            total = per_call_us(fn, n)
+            runs = n + 5  # per_call_us's warm-up calls are counted by the wrapper too
+            c_us = {name: timed_lib.spent[name] / runs * 1e6 for name in timed_lib.spent}
+            print(f"  {label}: total {total:.1f} us, C calls {sum(c_us.values()):.1f} us "
+                  f"(" + ", ".join(f"{k} {v:.1f}" for k, v in sorted(c_us.items())) + ")",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
