@@ -21,14 +21,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                  \
-                   cudaGetErrorString(e_));                                           \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 constexpr int kSteps = 32;
@@ -162,8 +161,10 @@ int main(int argc, char **argv) {
   cudaStream_t s, body;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&body, cudaStreamNonBlocking));
-  std::printf("combine %d blocks, pass 1 %d blocks; per step, µs (median of %d replays of %d "
-              "steps)\n", cb, pb, kReps, kSteps);
+  std::printf(
+      "combine %d blocks, pass 1 %d blocks; per step, µs (median of %d replays of %d "
+      "steps)\n",
+      cb, pb, kReps, kSteps);
   struct Arm {
     const char *name;
     char form;
