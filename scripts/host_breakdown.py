@@ -78,18 +78,17 @@ class _Noop(torch.autograd.Function):
 def pieces(dev):
     x = torch.zeros(4, device=dev, requires_grad=True)
     g = torch.ones(4, device=dev)
-    out = [("torch.empty (4 KB, cuda)", lambda: torch.empty(1024, device=dev)),
-           ("torch.cuda.device(...) enter / exit", lambda: torch.cuda.device(dev).__enter__()
-            or None),
-           ("current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
-           ("autograd.grad through a no-op Function", lambda: torch.autograd.grad(
-               _Noop.apply(x), x, g))]
 
     def enter_exit():
         with torch.cuda.device(dev):
             pass
-    out[1] = ("torch.cuda.device(...) enter / exit", enter_exit)
-    for label, fn in out:
+
+    for label, fn in (
+            ("torch.empty (4 KB, cuda)", lambda: torch.empty(1024, device=dev)),
+            ("torch.cuda.device(...) enter / exit", enter_exit),
+            ("current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
+            ("autograd.grad through a no-op Function",
+             lambda: torch.autograd.grad(_Noop.apply(x), x, g))):
         print(f"  {label:<42} {per_call_us(fn, 2000):8.2f} us", flush=True)
 
 
