@@ -17,9 +17,9 @@ import time
 
 import torch
 
-import fold_attention as fa
 from fold_attention import _lib
 from quick_timing import env_cases  # scripts/ is on sys.path when run as a script
+from time_host import calls, host_us
 
 CASES = [(1, 128, 8, 8, 64, 0), (2, 8192, 32, 8, 128, 0)]
 ENTRY_POINTS = ("fold_fwd_cuda", "fold_fwd_cuda_kv_bounds", "fold_bwd_cuda",
@@ -53,18 +53,6 @@ class TimedLibrary:
         self.calls.clear()
 
 
-def per_call_us(fn, n):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    spent = (time.perf_counter() - t) / n
-    torch.cuda.synchronize()
-    return spent * 1e6
-
-
 class _Noop(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -89,7 +77,7 @@ def pieces(dev):
             ("current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
             ("autograd.grad through a no-op Function",
              lambda: torch.autograd.grad(_Noop.apply(x), x, g))):
-        print(f"  {label:<42} {per_call_us(fn, 2000):8.2f} us", flush=True)
+        print(f"  {label:<42} {host_us(fn, 2000):8.2f} us", flush=True)
 
 
 def main():
@@ -99,24 +87,12 @@ def main():
     print("torch pieces, per call:")
     pieces(dev)
     for B, S, H, Hkv, D, W in env_cases("FOLD_HOST_CASES", CASES):
-        print(f"B {B} S {S} H {H}/{Hkv} D {D} window {W or 'none'} (causal)", flush=True)
-        torch.manual_seed(0)
-        q = torch.randn(B, S, H, D, device=dev, dtype=dtype, requires_grad=True)
-        k = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
-        v = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
-        dout = torch.randn(B, S, H, D, device=dev, dtype=dtype)
-        window = (W - 1, 0) if W else (-1, -1)
-
-        def fwd():
-            return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
-
-        def step():
-            return torch.autograd.grad(fwd(), (q, k, v), dout)
+        fwd, step, _ = calls(B, S, H, Hkv, D, W, dev, dtype)
         n = 50 if S * B <= 4096 else 10
         for label, fn in (("forward", fwd), ("forward + backward", step)):
             timed_lib.reset()
-            total = per_call_us(fn, n)
-            runs = n + 5  # per_call_us's warm-up calls are counted by the wrapper too
+            total = host_us(fn, n)
+            runs = n + 5  # host_us's warm-up calls are counted by the wrapper too
             c_us = {name: timed_lib.spent[name] / runs * 1e6 for name in timed_lib.spent}
             print(f"  {label}: total {total:.1f} us, C calls {sum(c_us.values()):.1f} us "
                   f"(" + ", ".join(f"{k} {v:.1f}" for k, v in sorted(c_us.items())) + ")",

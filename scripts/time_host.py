@@ -61,24 +61,29 @@ def row(label, fwd, step):
     print(f"  {label:<10} " + " ".join(f"{c:9.1f}" for c in cols), flush=True)
 
 
+def calls(B, S, H, Hkv, D, W, dev="cuda", dtype=torch.bfloat16):
+    """(fwd, step, (q, k, v, dout)): one case's causal eager forward, and forward + backward (W 0:
+    no window), on random bf16 tensors. Prints the case's line first."""
+    print(f"B {B} S {S} H {H}/{Hkv} D {D} window {W or 'none'} (causal)", flush=True)
+    torch.manual_seed(0)
+    q = torch.randn(B, S, H, D, device=dev, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
+    v = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
+    dout = torch.randn(B, S, H, D, device=dev, dtype=dtype)
+    window = (W - 1, 0) if W else (-1, -1)
+
+    def fwd():
+        return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
+
+    def step():
+        return torch.autograd.grad(fwd(), (q, k, v), dout)
+    return fwd, step, (q, k, v, dout)
+
+
 def main():
-    dev, dtype = "cuda", torch.bfloat16
     print("per call, us:  host fwd  host f+b  event fwd event f+b stream fwd stream f+b")
     for B, S, H, Hkv, D, W in cases():
-        print(f"B {B} S {S} H {H}/{Hkv} D {D} window {W or 'none'} (causal)", flush=True)
-        torch.manual_seed(0)
-        q = torch.randn(B, S, H, D, device=dev, dtype=dtype, requires_grad=True)
-        k = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
-        v = torch.randn(B, S, Hkv, D, device=dev, dtype=dtype, requires_grad=True)
-        dout = torch.randn(B, S, H, D, device=dev, dtype=dtype)
-        window = (W - 1, 0) if W else (-1, -1)
-
-        def fwd():
-            return fa.fold_attn_func(q, k, v, causal=True, window_size=window)
-
-        def step():
-            return torch.autograd.grad(fwd(), (q, k, v), dout)
-
+        fwd, step, (q, k, v, dout) = calls(B, S, H, Hkv, D, W)
         for route in ("1", "0"):
             os.environ["FOLD_EAGER_AUTOGRAD"] = route
             row(f"fold {'fn' if route == '1' else 'ops'}", fwd, step)
