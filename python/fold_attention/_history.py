@@ -12,14 +12,18 @@ attention over the L + t + 1 keys it sees splits into two parts that share nothi
 Why decode steps read the history: the cache holds K only as rotated int8 planes, which the
 decode kernels read directly, and a step's queries of one KV head form one group of rows. The
 chunk's queries ride in that group: head h = kv G + g of token t becomes row (t G + g) of kv's
-group of m G rows, m = 64 // G tokens per step (the kernels take groups of up to 64 rows), so a
-step reads the history once for m tokens. The steps see one request alone (a batch-1 view of the
-cache's per-request arrays), so the other slots cost nothing.
+group of up to m G rows, m = 64 // G tokens (the kernels take groups of up to 64 rows), so a
+group reads the history once for m tokens. The groups of one call are copies of the request: a
+batch of P views of its per-request arrays (its lengths, page-table row, heavy keys and v8
+exponents P times; the page pool shared), so one call reads the history P times in parallel for
+P m tokens (one call, not P: each call costs ~100 µs of host time) and the other slots cost
+nothing.
 
 Sliding windows: token t sees history keys j >= L + t - left, i.e. the last left - t of them (C
-ABI window_before = left - t). Tokens whose window covers the whole history share steps without a
-window; the others take one step each (their windows differ); a token whose window starts inside
-the chunk sees no history (its LSE is -inf there and the merge takes the chunk part alone).
+ABI window_before = left - t). Tokens whose window covers the whole history share one call
+without a window; the others take one call each (their windows differ); a token whose window
+starts inside the chunk sees no history (its LSE is -inf there and the merge takes the chunk part
+alone).
 """
 
 from __future__ import annotations
@@ -56,10 +60,12 @@ def _token_windows(n: int, L: int, before: int, pinned: int) -> list[int | None]
     return out
 
 
-def _pieces(windows: list[int | None], m: int) -> list[tuple[int, int, int]]:
-    """(t0, t1, window_before) runs of consecutive tokens with one window, at most m tokens
-    each; tokens that see no history are left out."""
-    pieces = []
+def _runs(windows: list[int | None], m: int) -> list[tuple[int, int, int, int]]:
+    """(t0, t1, window_before, k) runs of consecutive tokens with one window, each read by one
+    decode call: P = ceil((t1 - t0) / k) requests of k <= m tokens (the last padded with rows of
+    zeros), k = ceil((t1 - t0) / ceil((t1 - t0) / m)) so that fewer than P rows are padding.
+    Tokens that see no history are left out."""
+    runs = []
     t = 0
     while t < len(windows):
         w = windows[t]
@@ -67,11 +73,12 @@ def _pieces(windows: list[int | None], m: int) -> list[tuple[int, int, int]]:
             t += 1
             continue
         t1 = t + 1
-        while t1 < len(windows) and t1 - t < m and windows[t1] == w:
+        while t1 < len(windows) and windows[t1] == w:
             t1 += 1
-        pieces.append((t, t1, w))
+        n = t1 - t
+        runs.append((t, t1, w, -(-n // -(-n // m))))
         t = t1
-    return pieces
+    return runs
 
 
 TAIL_KEYS_MAX = 2048  # the windowed route's most history keys (its forward pads as many rows)
@@ -92,61 +99,75 @@ def windowed_tail(cache, L: int, n: int, before: int) -> int:
     return T if T <= max(TAIL_KEYS_MAX, n) else 0
 
 
-def history_attention(cache, b: int, q: torch.Tensor, before: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunk queries q (n, n_heads, D) of request b (which holds L > 0 tokens) against its
-    cached keys, dense. before: the C ABI window (left + 1; 0: none). Returns out (n, n_heads,
-    D) in q's dtype (zeros where no history key is visible) and the natural-log LSE (n, n_heads)
-    float32 (-inf there). Changes nothing in the cache."""
+def history_attention(cache, b: int, q: torch.Tensor, before: int,
+                      L: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunk queries q (n, n_heads, D) of request b (which holds L > 0 tokens; read from the
+    cache if not given) against its cached keys, dense. before: the C ABI window (left + 1; 0:
+    none). Returns out (n, n_heads, D) in q's dtype (zeros where no history key is visible) and
+    the natural-log LSE (n, n_heads) float32 (-inf there). Changes nothing in the cache.
+
+    Each run of tokens with one window is one decode call: P copies of request b's per-request
+    rows (a batch-P view whose page-table rows all name b's pages), k tokens per copy. The calls
+    read the pages only (nothing is appended), and a step's request depends on its own rows
+    alone, so the copies give the bits the same groups would give one step at a time."""
     n, H, D = q.shape
     Hk = cache.n_kv_heads
     G = H // Hk
-    L = int(cache.lengths[b])
-    m = max(1, _MAX_GROUP_ROWS // G)
-    out = torch.zeros((n, H, D), dtype=q.dtype, device=q.device)
-    lse = torch.full((n, H), float("-inf"), dtype=torch.float32, device=q.device)
-    pieces = _pieces(_token_windows(n, L, before, cache._pinned), m)
-    if not pieces:
-        return out, lse
-    # The batch-1 view: request b's rows of the per-request arrays (lengths, page table, heavy
-    # keys, v8 exponents); the page pool's arrays are shared.
-    view = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.v_a, cache.v_b, cache.v_exp[b:b + 1],
-            cache.v_page_sum, cache.heavy_keys[b:b + 1], cache.page_table[b:b + 1],
-            cache.lengths[b:b + 1])
-    desc = cache_desc(cache.dtype, 1, D, *view, cache.max_len, cache._v_exp_fixed is not None,
-                      cache._pinned)
+    if L is None:
+        L = int(cache.lengths[b])
+    runs = _runs(_token_windows(n, L, before, cache._pinned), max(1, _MAX_GROUP_ROWS // G))
+    whole = len(runs) == 1 and runs[0][1] - runs[0][0] == n  # one call covers every token
+    if not whole:
+        out = torch.zeros((n, H, D), dtype=q.dtype, device=q.device)
+        lse = torch.full((n, H), float("-inf"), dtype=torch.float32, device=q.device)
+    pool = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.v_a, cache.v_b)
+    per_request = (cache.v_exp, cache.v_page_sum, cache.heavy_keys, cache.page_table, cache.lengths)
     stats = torch.zeros(cache._stats_dev.numel(), dtype=torch.int64, device=cache.device)
-    workspaces: dict[int, torch.Tensor] = {}
-    for t0, t1, w in pieces:
-        k = t1 - t0
+    for t0, t1, w, k in runs:
+        P = -(-(t1 - t0) // k)
         rows = k * H  # one group of k G rows per KV head
+        # Request b's rows of the per-request arrays, P times (v_page_sum belongs to the pool).
+        v_exp, page_sum, heavy, table, lengths = (
+            x if x is cache.v_page_sum else x[b:b + 1] if P == 1
+            else x[b:b + 1].expand(P, *x.shape[1:]).contiguous() for x in per_request)
+        view = (*pool, v_exp, page_sum, heavy, table, lengths)
+        desc = cache_desc(cache.dtype, P, D, *view, cache.max_len, cache._v_exp_fixed is not None,
+                          cache._pinned)
         if cache.is_cuda:
-            if rows not in workspaces:
-                size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
-                if size == 0:
-                    raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
-                workspaces[rows] = torch.empty(max(size, 256), dtype=torch.uint8, device=q.device)
-            workspace = workspaces[rows]
+            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
+            if size == 0:
+                raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
+            workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=q.device)
         else:
             workspace = torch.empty(0, dtype=torch.uint8)
-        # (k, Hk, G, D) -> (Hk, k, G, D): kv's group holds token t's G heads at rows t G .. t G + G - 1.
-        qg = q[t0:t1].reshape(k, Hk, G, D).transpose(0, 1).reshape(1, rows, D).contiguous()
+        x = q[t0:t1]
+        if P * k > t1 - t0:
+            x = torch.cat([x, x.new_zeros((P * k - (t1 - t0), H, D))])
+        # (P k, Hk, G, D) -> (P, Hk, k, G, D): kv's group of copy p holds token p k + t's G heads
+        # at rows t G .. t G + G - 1.
+        qg = x.reshape(P, k, Hk, G, D).transpose(1, 2).reshape(P, rows, D).contiguous()
         o, s = decode_step_new(qg, None, None, *view, workspace, stats, cache.max_len,
                                cache._v_exp_fixed is not None, cache.softmax_scale, None,
                                cache.refine_band, cache.refine_band + V_REFINE_EXTRA, w, None, cache._pinned,
                                desc=desc)
-        out[t0:t1] = o.reshape(Hk, k, G, D).transpose(0, 1).reshape(k, H, D)
-        lse[t0:t1] = s.reshape(Hk, k, G).transpose(0, 1).reshape(k, H)
+        o = o.reshape(P, Hk, k, G, D).transpose(1, 2).reshape(P * k, H, D)[:t1 - t0]
+        s = s.reshape(P, Hk, k, G).transpose(1, 2).reshape(P * k, H)[:t1 - t0]
+        if whole:
+            return o, s
+        out[t0:t1] = o
+        lse[t0:t1] = s
     return out, lse
 
 
-def history_tail(cache, b: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+def history_tail(cache, b: int, T: int, L: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Request b's last T cached keys and values, (T, n_kv_heads, D) in the cache's dtype, read
     back from the planes: K = H y / D with y = scale (A + B / 256) the stored rotated row (the
     unnormalised Hadamard H is its own inverse up to D), within scale / 512 of the written
     key, so bf16 keys come back as they were to well within their rounding; V as stored (bf16 /
     fp16), or a v8 pair e (a + b / 8). For the windowed chunk path: the keys a sliding window
     lets the chunk's tokens see."""
-    L = int(cache.lengths[b])
+    if L is None:  # (a device read: a caller that knows L passes it)
+        L = int(cache.lengths[b])
     P, D = cache.page_size, cache.head_dim
     dev = cache.k_a.device
     j = torch.arange(L - T, L, device=dev)
@@ -175,10 +196,9 @@ def history_tail(cache, b: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
     """Two attention partials over disjoint key sets, (n, H, D) outputs and their (n, H) natural-
-    log LSEs, joined in float32: each weighted by its share of the total mass. An LSE of -inf
-    (no key) weighs 0; part b must hold a key for every row (the chunk's token sees itself)."""
-    top = torch.maximum(lse_a, lse_b)
-    wa = torch.exp(lse_a - top)
-    wb = torch.exp(lse_b - top)
-    num = wa.unsqueeze(-1) * out_a.float() + wb.unsqueeze(-1) * out_b.float()
-    return (num / (wa + wb).unsqueeze(-1)).to(out_b.dtype)
+    log LSEs, joined in float32: each weighted by its share of the total mass, a's share
+    e^a / (e^a + e^b) = sigmoid(a - b). An LSE of -inf (no key) weighs 0; part b must hold a key
+    for every row (the chunk's token sees itself), so a - b is never NaN. (Seven ops: each costs
+    several µs of host time on a GPU.)"""
+    share = torch.sigmoid(lse_a - lse_b).unsqueeze(-1)
+    return torch.lerp(out_b.float(), out_a.float(), share).to(out_b.dtype)

@@ -694,6 +694,21 @@ class FoldKVCache:
                     f"448 * {self.v_scale}"
                 )
 
+    def _plain_values(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+        """True if q, k, v pass every value check of prefill_request (_check_values, q finite,
+        q's scaled rotation finite) by the sufficient bounds alone, in one device read: |k| and
+        |q x softmax_scale x log2 e| (float32) below 2^(127 - log2 D) (their rotations' sums stay
+        below FLT_MAX; NaN and inf fail), v finite. False means: run the checks one by one (they
+        name the failing input), also for a cache with a fixed v_scale."""
+        if self.v_scale is not None:
+            return False
+        top = 2.0 ** (128 - self.head_dim.bit_length())
+        cmul = float(torch.tensor(self.softmax_scale, dtype=torch.float32)
+                     * torch.tensor(_LOG2E, dtype=torch.float32))  # (float32, as the step's)
+        ok = torch.stack([k.abs().lt(top).all(), v.abs().lt(math.inf).all(),
+                          (q.float() * cmul).abs().lt(top).all()])
+        return bool(ok.all())
+
     def _chunks(self, length: int, n: int):
         """The appends that write tokens [length, length + n): one, or for a cache pinned to a
         window, chunks ending on multiples of C = the window rounded up to whole pages (at least
@@ -748,21 +763,25 @@ class FoldKVCache:
                             self._forgotten[b])[0] for b in active]
         return max((sum(t[i] for t in tops) for i in range(n)), default=0)
 
-    def _append_pages(self, b: int, n: int) -> int:
-        """Pages appending n tokens to request b takes from the pool at its peak."""
-        peak, _ = self._growth(b, int(self.lengths[b]), n, self._reserved[b], self._forgotten[b])
+    def _append_pages(self, b: int, n: int, length: int | None = None) -> int:
+        """Pages appending n tokens to request b (`length` tokens now: read from the device if
+        not given) takes from the pool at its peak."""
+        length = int(self.lengths[b]) if length is None else length
+        peak, _ = self._growth(b, length, n, self._reserved[b], self._forgotten[b])
         return peak
 
-    def _append(self, b: int, k: torch.Tensor, v: torch.Tensor, fn: str) -> None:
+    def _append(self, b: int, k: torch.Tensor, v: torch.Tensor, fn: str, length: int | None = None) -> None:
+        """Writes k, v after request b's `length` tokens (read from the device if not given: a
+        caller that has read it passes it, each read being a device sync)."""
         n = k.shape[0]
         if n == 0:
             return
-        length = int(self.lengths[b])
+        length = int(self.lengths[b]) if length is None else length
         if length + n > self.max_len:
             raise ValueError(
                 f"{fn}: request {b} is full: {length} + {n} tokens exceed max_len {self.max_len}"
             )
-        self._require_pages(self._append_pages(b, n), fn, f"appending {n} tokens to request {b}")
+        self._require_pages(self._append_pages(b, n, length), fn, f"appending {n} tokens to request {b}")
         D = self.head_dim
         desc = self._desc()
         for lo, hi in self._chunks(length, n):
@@ -895,11 +914,13 @@ class FoldKVCache:
             what = f"the prompt has {q.shape[0]} tokens" if held == 0 else (
                 f"request {b} holds {held} tokens: the chunk's {q.shape[0]} more exceed")
             raise ValueError(f"{fn}: {what}, beyond max_len {self.max_len}")
-        self._require_pages(self._append_pages(b, q.shape[0]), fn,
+        self._require_pages(self._append_pages(b, q.shape[0], held), fn,
                             f"request {b}'s {'chunk' if held else 'prompt'} of {q.shape[0]} tokens")
-        self._check_values(k, v, fn)
-        if not bool(torch.isfinite(q).all()):
-            raise ValueError(f"{fn}: q holds a non-finite value")
+        plain = self._plain_values(q, k, v)  # (one device read where every check passes)
+        if not plain:
+            self._check_values(k, v, fn)
+            if not bool(torch.isfinite(q).all()):
+                raise ValueError(f"{fn}: q holds a non-finite value")
         if sinks is not None:  # (NaN or +inf would reach every row; the steps refuse them too)
             _check_sink_values(_step_sinks(sinks, self, fn), fn)
         if held and q.shape[0]:
@@ -908,7 +929,7 @@ class FoldKVCache:
                 # own part alone would be silently wrong.
                 raise ValueError(f"{fn}: a chunk after request {b}'s history has no backward; "
                                  "pass tensors that do not require grad (or use torch.no_grad())")
-            if not _query_rotation_finite(q, self.softmax_scale):
+            if not plain and not _query_rotation_finite(q, self.softmax_scale):
                 raise ValueError(f"{fn}: q is too large: a row is not finite after scaling and "
                                  "rotation")
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
@@ -923,7 +944,7 @@ class FoldKVCache:
             # (T query rows of zeros in front, their outputs dropped), so that every token's
             # window is the forward's own mask. (Decode steps would take one per such token.)
             T = tail
-            kt, vt = history_tail(self, b, T)
+            kt, vt = history_tail(self, b, T, held)
             pad = torch.zeros((T, self.n_heads, self.head_dim), dtype=q.dtype, device=q.device)
             cu2 = torch.tensor([0, T + q.shape[0]], dtype=torch.int32, device=q.device)
             out = fold_attn_varlen_func(torch.cat([pad, q]), torch.cat([kt, k]), torch.cat([vt, v]),
@@ -931,13 +952,13 @@ class FoldKVCache:
                                         window_size=window_size, sinks=sinks)[T:]
         else:
             # The history first: nothing is written until both parts have run.
-            hist, hist_lse = history_attention(self, b, q, before)
+            hist, hist_lse = history_attention(self, b, q, before, held)
             own, own_lse = fold_attn_varlen_func(q, k, v, cu, causal=True,
                                                  softmax_scale=self.softmax_scale,
                                                  window_size=window_size, sinks=sinks,
                                                  return_lse=True)
             out = merge(hist, hist_lse, own, own_lse.transpose(0, 1))
-        self._append(b, k, v, fn)
+        self._append(b, k, v, fn, held)
         return out
 
     # ---- reporting -------------------------------------------------------------------

@@ -256,3 +256,52 @@ def test_windowed_read_back_of_extreme_keys_stays_finite(dtype, big):
     assert bool(torch.isfinite(out).all())
     assert rel_err(out, ref) < 2.0 * floor_err(ref) + 1e-6
 
+
+
+def test_runs_split_into_equal_copies():
+    # (t0, t1, window_before, k): one call per run of one window, P = ceil(n / k) copies of k
+    # <= m tokens, fewer than P of them padding.
+    assert _history._runs([0] * 70, 16) == [(0, 70, 0, 14)]  # 5 x 14
+    assert _history._runs([0] * 90, 16) == [(0, 90, 0, 15)]  # 6 x 15
+    assert _history._runs([0] * 17, 16) == [(0, 17, 0, 9)]  # 2 x 9, one padded row
+    assert _history._runs([0] * 5, 16) == [(0, 5, 0, 5)]
+    assert _history._runs([7, 7, 3, None, None], 1) == [(0, 2, 7, 1), (2, 3, 3, 1)]
+
+
+@pytest.mark.parametrize("H,Hk,n", [(8, 2, 48), (8, 2, 45), (12, 4, 63)], ids=["G4", "G4-pad", "G3"])
+def test_history_in_one_call_equals_one_group_at_a_time(H, Hk, n):
+    """history_attention reads the history for all of the chunk's groups in one call (copies of
+    the request); a request's step depends on its own rows alone, so each copy's rows equal a call
+    over that group's tokens alone, bit for bit. (At 45 tokens the last copy holds 9 real tokens
+    and 3 rows of zero queries: the real rows' bits are unchanged by them.)"""
+    D, L = 64, 260
+    q, k, v = _data(L + n, H, Hk, D, seed=5)
+    cache = _cache(H, Hk, D, L + n + 10)
+    cache.add_request()
+    cache.add_request()
+    cache.extend(1, k[:L], v[:L])
+    out, lse = _history.history_attention(cache, 1, q[L:], 0)
+    (_, _, _, kk), = _history._runs([0] * n, 64 // (H // Hk))
+    for t0 in range(0, n, kk):
+        o, s = _history.history_attention(cache, 1, q[L + t0:L + min(n, t0 + kk)], 0)
+        assert torch.equal(bits16(o), bits16(out[t0:t0 + kk])) and torch.equal(s, lse[t0:t0 + kk])
+
+
+def test_the_one_read_value_check_passes_only_what_every_check_passes():
+    """prefill_request's one-read check (_plain_values) is a sufficient test: True for ordinary
+    values; False for a NaN or inf in q, k or v, for keys or scaled queries near FLT_MAX / D (the
+    checks one by one then decide and name the input), and always for a fixed v_scale."""
+    H, Hk, D = 8, 2, 64
+    q, k, v = _data(20, H, Hk, D, seed=3)
+    cache = _cache(H, Hk, D, 100)
+    assert cache._plain_values(q, k, v)
+    for name in ("q", "k", "v"):
+        for bad in (float("nan"), float("inf")):
+            x = {"q": q, "k": k, "v": v}
+            x[name] = x[name].clone()
+            x[name][3, 1, 5] = bad
+            assert not cache._plain_values(x["q"], x["k"], x["v"])
+    big = k.clone()
+    big[0, 0, 0] = 2.0 ** 121
+    assert not cache._plain_values(q, big, v)
+    assert not _cache(H, Hk, D, 100, v8=True, v_scale=1.0)._plain_values(q, k, v)

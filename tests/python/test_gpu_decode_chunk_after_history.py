@@ -11,7 +11,7 @@ import torch
 
 import fold_attention as fa
 from decode_helpers import assert_matches_cpu, bits16, floor_err, rel_err
-from fold_attention._history import history_attention
+from fold_attention._history import _runs, history_attention
 from helpers import gpu_ready
 from test_decode_chunk_after_history import _data, _reference
 
@@ -94,3 +94,20 @@ def test_chunk_on_a_pinned_cuda_cache():
     out = gpu.prefill_request(0, q[L:].to(CUDA), k[L:].to(CUDA), v[L:].to(CUDA))
     ref = _reference(q, k, v, L, (200, 0))
     assert rel_err(out.cpu(), ref) < 2.0 * floor_err(ref) + 1e-6
+
+
+@pytest.mark.parametrize("H,Hk,D,n", [(8, 2, 64, 48), (32, 8, 128, 45), (12, 4, 64, 63)],
+                         ids=["G4", "G4-D128-pad", "G3"])
+def test_history_in_one_call_equals_one_group_at_a_time_on_cuda(H, Hk, D, n):
+    """The history's groups of one call (copies of the request, a batch view) against calls over
+    one group's tokens each: bit for bit on the GPU (a request's step does not depend on the batch
+    around it), and within one rounding of the CPU reference."""
+    L = 700
+    (gpu, cpu), (q, _, _) = _pair(H, Hk, D, L, n)
+    out, lse = history_attention(gpu, 1, q[L:].to(CUDA), 0)
+    (_, _, _, kk), = _runs([0] * n, 64 // (H // Hk))
+    for t0 in range(0, n, kk):
+        o, s = history_attention(gpu, 1, q[L + t0:L + min(n, t0 + kk)].to(CUDA), 0)
+        assert torch.equal(bits16(o), bits16(out[t0:t0 + kk])) and torch.equal(s, lse[t0:t0 + kk])
+    hc, lc = history_attention(cpu, 1, q[L:], 0)
+    assert_matches_cpu(hc, out.cpu(), lc, lse.cpu(), exact=False)
