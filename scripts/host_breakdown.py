@@ -10,9 +10,13 @@ Per shape, forward and forward + backward on the eager route:
             stream's handle, the autograd engine's round trip for a no-op Function.
 The rest (total minus C calls) is the package's Python and torch's dispatch.
 
-    python3 scripts/host_breakdown.py    (FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: no window)
+    python3 scripts/host_breakdown.py [--profile]   (FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: no
+                                                     window)
+--profile: also the CUDA runtime / driver calls per call (torch.profiler with CUPTI), by self host
+time.
 """
 import collections
+import sys
 import time
 
 import torch
@@ -81,6 +85,7 @@ def pieces(dev):
 
 
 def main():
+    profile = "--profile" in sys.argv[1:]
     dev, dtype = torch.device("cuda"), torch.bfloat16
     timed_lib = TimedLibrary(_lib.library())
     _lib.library = lambda: timed_lib  # the package looks the library up per call
@@ -90,6 +95,9 @@ def main():
         fwd, step, _ = calls(B, S, H, Hkv, D, W, dev, dtype)
         n = 50 if S * B <= 4096 else 10
         for label, fn in (("forward", fwd), ("forward + backward", step)):
+            for _ in range(3):  # the first calls load the kernels' modules (milliseconds): not counted
+                fn()
+            torch.cuda.synchronize()
             timed_lib.reset()
             total = host_us(fn, n)
             runs = n + 5  # host_us's warm-up calls are counted by the wrapper too
@@ -97,6 +105,23 @@ def main():
             print(f"  {label}: total {total:.1f} us, C calls {sum(c_us.values()):.1f} us "
                   f"(" + ", ".join(f"{k} {v:.1f}" for k, v in sorted(c_us.items())) + ")",
                   flush=True)
+            if profile:
+                runtime_calls(fn)
+
+
+def runtime_calls(fn, calls=5):
+    """The CUDA runtime / driver calls of `calls` calls of fn (CUPTI sees the library's calls
+    too), by self host time: what the C calls' time is made of."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.key.startswith(("cuda", "cu"))]
+    rows.sort(key=lambda e: -e.self_cpu_time_total)
+    for e in rows[:12]:
+        print(f"      {e.key:<44} {e.count / calls:5.1f} per call "
+              f"{e.self_cpu_time_total / calls:8.1f} us per call", flush=True)
 
 
 if __name__ == "__main__":
