@@ -901,7 +901,7 @@ class FoldKVCache:
         history keys the first token sees (at most 2,048 of them, else the route above), read
         back from the planes, join the chunk in one forward. window_size and sinks as in
         prefill (positions count from the request's first token)."""
-        from .training import fold_attn_varlen_func
+        from .training import fold_attn_func, fold_attn_varlen_func
 
         fn = "FoldKVCache.prefill_request"
         window_size = self._call_window(window_size, fn)
@@ -932,12 +932,21 @@ class FoldKVCache:
             if not plain and not _query_rotation_finite(q, self.softmax_scale):
                 raise ValueError(f"{fn}: q is too large: a row is not finite after scaling and "
                                  "rotation")
-        cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
+        def forward(q, k, v, return_lse=False):
+            # One request: the dense call (B = 1) gives the bits of the varlen call over
+            # cu_seqlens [0, n], without the offsets' device read that validates them.
+            r = fold_attn_func(q[None], k[None], v[None], causal=True, softmax_scale=self.softmax_scale,
+                               window_size=window_size, sinks=sinks, return_lse=return_lse)
+            return (r[0][0], r[1][0]) if return_lse else r[0]
+
         before = check_window_size(window_size, fn)[0]
         tail = _history.windowed_tail(self, held, q.shape[0], before) if held and q.shape[0] else 0
-        if held == 0 or q.shape[0] == 0 or tail < 0:  # (tail < 0: the window hides the history)
+        if q.shape[0] == 0:
+            cu = torch.zeros(2, dtype=torch.int32, device=q.device)
             out = fold_attn_varlen_func(q, k, v, cu, causal=True, softmax_scale=self.softmax_scale,
                                         window_size=window_size, sinks=sinks)
+        elif held == 0 or tail < 0:  # (tail < 0: the window hides the history)
+            out = forward(q, k, v)
         elif tail:
             # A window that cuts the history for some of the chunk's tokens: the T history keys
             # the first token sees, read back from the planes, join the chunk in one forward
@@ -946,17 +955,11 @@ class FoldKVCache:
             T = tail
             kt, vt = history_tail(self, b, T, held)
             pad = torch.zeros((T, self.n_heads, self.head_dim), dtype=q.dtype, device=q.device)
-            cu2 = torch.tensor([0, T + q.shape[0]], dtype=torch.int32, device=q.device)
-            out = fold_attn_varlen_func(torch.cat([pad, q]), torch.cat([kt, k]), torch.cat([vt, v]),
-                                        cu2, causal=True, softmax_scale=self.softmax_scale,
-                                        window_size=window_size, sinks=sinks)[T:]
+            out = forward(torch.cat([pad, q]), torch.cat([kt, k]), torch.cat([vt, v]))[T:]
         else:
             # The history first: nothing is written until both parts have run.
             hist, hist_lse = history_attention(self, b, q, before, held)
-            own, own_lse = fold_attn_varlen_func(q, k, v, cu, causal=True,
-                                                 softmax_scale=self.softmax_scale,
-                                                 window_size=window_size, sinks=sinks,
-                                                 return_lse=True)
+            own, own_lse = forward(q, k, v, return_lse=True)
             out = merge(hist, hist_lse, own, own_lse.transpose(0, 1))
         self._append(b, k, v, fn, held)
         return out

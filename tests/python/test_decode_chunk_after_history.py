@@ -305,3 +305,19 @@ def test_the_one_read_value_check_passes_only_what_every_check_passes():
     big[0, 0, 0] = 2.0 ** 121
     assert not cache._plain_values(q, big, v)
     assert not _cache(H, Hk, D, 100, v8=True, v_scale=1.0)._plain_values(q, k, v)
+
+
+@pytest.mark.parametrize("window", [None, (40, 0)], ids=["causal", "window"])
+def test_a_prompt_gives_the_varlen_calls_bits(window):
+    """prefill_request runs its forward as a dense batch of one (no offsets to read back): the
+    bits of fold_attn_varlen_func over cu_seqlens [0, n], with a window and sinks too."""
+    H, Hk, D, n = 8, 2, 64, 150
+    q, k, v = _data(n, H, Hk, D, seed=21)
+    sinks = torch.linspace(-1.0, 2.0, H)
+    cache = _cache(H, Hk, D, n + 10)
+    cache.add_request()
+    kw = {} if window is None else {"window_size": window}
+    out = cache.prefill_request(0, q, k, v, sinks=sinks, **kw)
+    ref = fa.fold_attn_varlen_func(q, k, v, torch.tensor([0, n], dtype=torch.int32), causal=True,
+                                   sinks=sinks, **kw)
+    assert torch.equal(bits16(out), bits16(ref))

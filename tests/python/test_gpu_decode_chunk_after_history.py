@@ -111,3 +111,18 @@ def test_history_in_one_call_equals_one_group_at_a_time_on_cuda(H, Hk, D, n):
         assert torch.equal(bits16(o), bits16(out[t0:t0 + kk])) and torch.equal(s, lse[t0:t0 + kk])
     hc, lc = history_attention(cpu, 1, q[L:], 0)
     assert_matches_cpu(hc, out.cpu(), lc, lse.cpu(), exact=False)
+
+
+@pytest.mark.parametrize("window", [None, (40, 0)], ids=["causal", "window"])
+def test_a_prompt_gives_the_varlen_calls_bits_on_cuda(window):
+    """prefill_request's forward is a dense batch of one: the varlen call's bits on the GPU."""
+    H, Hk, D, n = 32, 8, 128, 300
+    q, k, v = (x.to(CUDA) for x in _data(n, H, Hk, D, seed=21))
+    sinks = torch.linspace(-1.0, 2.0, H).to(CUDA)
+    cache = fa.FoldKVCache(1, H, Hk, D, n + 10, device=CUDA)
+    cache.add_request()
+    kw = {} if window is None else {"window_size": window}
+    out = cache.prefill_request(0, q, k, v, sinks=sinks, **kw)
+    ref = fa.fold_attn_varlen_func(q, k, v, torch.tensor([0, n], dtype=torch.int32, device=CUDA),
+                                   causal=True, sinks=sinks, **kw)
+    assert torch.equal(bits16(out), bits16(ref))

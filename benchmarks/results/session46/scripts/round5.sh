@@ -6,8 +6,10 @@
 #   OUT=$OUT bash benchmarks/results/session46/scripts/round5.sh
 #     1. scripts/launch_in_process.py over .ab/launch_{static,shared}.so (both orders), and the
 #        plain C++ process (.ab/launch_cost);
-#     2. the shared-runtime library: training bounds / capture tests and the decode step files;
-#     3. the eager decode step (decode_eager_step.py) and host_breakdown.py, f44 against
+#     2. the shared-runtime library: training bounds / capture tests, decode hashes = f44's;
+#     3. the chunk GPU files and time_serving_ops.py with the working tree's package (its forward
+#        now a dense batch of one: no offsets read back);
+#     4. the eager decode step (decode_eager_step.py) and host_breakdown.py, f44 against
 #        shared_rt in alternating processes.
 set -u
 cd "$(dirname "$0")/../../../.."
@@ -19,9 +21,17 @@ step launch_in_process 60 python3 scripts/launch_in_process.py "$PWD/.ab/launch_
 step launch_cost 60 ./.ab/launch_cost
 step launch_in_process2 60 python3 scripts/launch_in_process.py "$PWD/.ab/launch_shared.so" \
   "$PWD/.ab/launch_static.so"
-chk shared_tests 200 env FOLD_ATTENTION_LIBRARY=$S python3 -m pytest -q -m gpu -p no:logging \
-  tests/python/test_gpu_training.py -k "bounds or capture" tests/python/test_gpu_decode.py
-ES="1,8192,9,3,64;1,4096,64,8,128;32,8192,32,8,128"
+chk shared_tests 120 env FOLD_ATTENTION_LIBRARY=$S python3 -m pytest -q -m gpu -p no:logging \
+  tests/python/test_gpu_training.py -k "bounds or capture"
+for lib in f44 shared_rt; do
+  chk dsteps_$lib 60 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_hashes.py \
+    --depths none,16 --steps 3
+done
+same_logs dsteps_f44 dsteps_shared_rt "decode hashes, appending steps: f44 vs shared_rt"
+chk chunk_tests 200 env FOLD_ATTENTION_LIBRARY=$F python3 -m pytest -q -m gpu -p no:logging \
+  tests/python/test_gpu_decode_chunk_after_history.py tests/python/test_gpu_decode_pinned_window.py
+step serving 120 env FOLD_ATTENTION_LIBRARY=$F python3 scripts/time_serving_ops.py
+ES="1,8192,9,3,64;1,4096,64,8,128"
 for r in 1 2; do
   for lib in f44 shared_rt; do
     step eager_${lib}_$r 90 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_eager_step.py \
@@ -32,7 +42,8 @@ done
 for f in launch_in_process launch_cost launch_in_process2; do
   echo "-- $f"; cat "$LOGS/$f.log"
 done
-grep -hE "passed|failed" "$LOGS/shared_tests.log" | tail -2
+grep -hE "passed|failed" "$LOGS/shared_tests.log" "$LOGS/chunk_tests.log" | tail -4
+grep -v "^\s*$" "$LOGS/serving.log" | head -9
 for r in 1 2; do for lib in f44 shared_rt; do
   echo "-- $lib $r"; grep -v "^\s*$" "$LOGS/eager_${lib}_$r.log" | tail -5
   grep -E "forward|total" "$LOGS/host_${lib}_$r.log"
