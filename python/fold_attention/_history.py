@@ -6,7 +6,8 @@ attention over the L + t + 1 keys it sees splits into two parts that share nothi
 - the history: the request's L cached keys, read from the cache's planes by dense decode steps
   that append nothing (`history_attention`);
 - the chunk itself: keys L .. L + t, causal, by the training forward over the chunk's own
-  bf16 / fp16 keys (the caller's fold_attn_varlen_func, which also takes the sinks).
+  bf16 / fp16 keys (the caller's fold_attn_func, a dense batch of one, which also takes the
+  sinks).
 `merge` joins them through their LSEs (float32), the way split-KV partials join.
 
 Why decode steps read the history: the cache holds K only as rotated int8 planes, which the
@@ -38,6 +39,8 @@ from ._decode_op import cache_desc, decode_step_new
 from ._hadamard import hadamard_unnormalised
 
 _MAX_GROUP_ROWS = 64
+_WORKSPACE_BUDGET = 256 << 20  # bytes of decode workspace one history call may take (CUDA)
+_MAX_COPIES = 65535  # the most copies a call takes (the CUDA decode's most requests per call)
 
 
 def _token_windows(n: int, L: int, before: int, pinned: int) -> list[int | None]:
@@ -62,9 +65,10 @@ def _token_windows(n: int, L: int, before: int, pinned: int) -> list[int | None]
 
 def _runs(windows: list[int | None], m: int) -> list[tuple[int, int, int, int]]:
     """(t0, t1, window_before, k) runs of consecutive tokens with one window, each read by one
-    decode call: P = ceil((t1 - t0) / k) requests of k <= m tokens (the last padded with rows of
-    zeros), k = ceil((t1 - t0) / ceil((t1 - t0) / m)) so that fewer than P rows are padding.
-    Tokens that see no history are left out."""
+    decode call (or several, history_attention's workspace budget): P = ceil((t1 - t0) / k)
+    requests of k <= m tokens (the last padded with tokens of zero queries), k = ceil((t1 - t0) /
+    ceil((t1 - t0) / m)) so that fewer than P tokens are padding. Tokens that see no history
+    are left out."""
     runs = []
     t = 0
     while t < len(windows):
@@ -106,10 +110,12 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
     none). Returns out (n, n_heads, D) in q's dtype (zeros where no history key is visible) and
     the natural-log LSE (n, n_heads) float32 (-inf there). Changes nothing in the cache.
 
-    Each run of tokens with one window is one decode call: P copies of request b's per-request
-    rows (a batch-P view whose page-table rows all name b's pages), k tokens per copy. The calls
-    read the pages only (nothing is appended), and a step's request depends on its own rows
-    alone, so the copies give the bits the same groups would give one step at a time."""
+    Each run of tokens with one window is one decode call (or several, where the copies'
+    workspace would pass _WORKSPACE_BUDGET): P copies of request b's per-request rows (a batch-P
+    view whose page-table rows all name b's pages), k tokens per copy. The calls read the pages
+    only (nothing is appended), and a step's request depends on its own rows alone, so the
+    copies give the bits the same groups would give one step at a time, in calls of any size.
+    The outputs are contiguous."""
     n, H, D = q.shape
     Hk = cache.n_kv_heads
     G = H // Hk
@@ -123,39 +129,62 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
     pool = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.v_a, cache.v_b)
     per_request = (cache.v_exp, cache.v_page_sum, cache.heavy_keys, cache.page_table, cache.lengths)
     stats = torch.zeros(cache._stats_dev.numel(), dtype=torch.int64, device=cache.device)
-    for t0, t1, w, k in runs:
-        P = -(-(t1 - t0) // k)
-        rows = k * H  # one group of k G rows per KV head
+    copies: dict[int, tuple] = {}  # P -> request b's per-request rows, P times
+    workspaces: dict[int, torch.Tensor] = {}  # rows -> the largest workspace taken so far
+
+    def view_of(P):
         # Request b's rows of the per-request arrays, P times (v_page_sum belongs to the pool).
-        v_exp, page_sum, heavy, table, lengths = (
-            x if x is cache.v_page_sum else x[b:b + 1] if P == 1
-            else x[b:b + 1].expand(P, *x.shape[1:]).contiguous() for x in per_request)
-        view = (*pool, v_exp, page_sum, heavy, table, lengths)
-        desc = cache_desc(cache.dtype, P, D, *view, cache.max_len, cache._v_exp_fixed is not None,
-                          cache._pinned)
-        if cache.is_cuda:
-            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
-            if size == 0:
-                raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
-            workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=q.device)
-        else:
-            workspace = torch.empty(0, dtype=torch.uint8)
-        x = q[t0:t1]
-        if P * k > t1 - t0:
-            x = torch.cat([x, x.new_zeros((P * k - (t1 - t0), H, D))])
-        # (P k, Hk, G, D) -> (P, Hk, k, G, D): kv's group of copy p holds token p k + t's G heads
-        # at rows t G .. t G + G - 1.
-        qg = x.reshape(P, k, Hk, G, D).transpose(1, 2).reshape(P, rows, D).contiguous()
-        o, s = decode_step_new(qg, None, None, *view, workspace, stats, cache.max_len,
-                               cache._v_exp_fixed is not None, cache.softmax_scale, None,
-                               cache.refine_band, cache.refine_band + V_REFINE_EXTRA, w, None, cache._pinned,
-                               desc=desc)
-        o = o.reshape(P, Hk, k, G, D).transpose(1, 2).reshape(P * k, H, D)[:t1 - t0]
-        s = s.reshape(P, Hk, k, G).transpose(1, 2).reshape(P * k, H)[:t1 - t0]
-        if whole:
-            return o, s
-        out[t0:t1] = o
-        lse[t0:t1] = s
+        if P not in copies:
+            copies[P] = tuple(x if x is cache.v_page_sum else x[b:b + 1] if P == 1
+                              else x[b:b + 1].expand(P, *x.shape[1:]).contiguous() for x in per_request)
+        view = (*pool, *copies[P])
+        return view, cache_desc(cache.dtype, P, D, *view, cache.max_len,
+                                cache._v_exp_fixed is not None, cache._pinned)
+
+    def workspace_bytes(desc, rows):
+        size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
+        if size == 0:
+            raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
+        return max(size, 256)
+
+    for t0, t1, w, k in runs:
+        rows = k * H  # one group of k G rows per KV head
+        # The workspace grows with the copies (each holds its groups' partials over max_len's
+        # splits): at most _WORKSPACE_BUDGET bytes a call, so a long chunk takes several calls.
+        p_max = min(-(-(t1 - t0) // k), _MAX_COPIES)
+        if cache.is_cuda and p_max > 1:
+            p_max = max(1, min(p_max, _WORKSPACE_BUDGET // workspace_bytes(view_of(1)[1], rows)))
+        for c0 in range(t0, t1, p_max * k):
+            c1 = min(t1, c0 + p_max * k)
+            P = -(-(c1 - c0) // k)
+            view, desc = view_of(P)
+            if cache.is_cuda:
+                need = workspace_bytes(desc, rows)
+                if rows not in workspaces or workspaces[rows].numel() < need:
+                    workspaces[rows] = torch.empty(need, dtype=torch.uint8, device=q.device)
+                workspace = workspaces[rows]
+            else:
+                workspace = torch.empty(0, dtype=torch.uint8)
+            x = q[c0:c1]
+            if P * k > c1 - c0:
+                x = torch.cat([x, x.new_zeros((P * k - (c1 - c0), H, D))])
+            # (P k, Hk, G, D) -> (P, Hk, k, G, D): kv's group of copy p holds token p k + t's G
+            # heads at rows t G .. t G + G - 1.
+            qg = x.reshape(P, k, Hk, G, D).transpose(1, 2).reshape(P, rows, D).contiguous()
+            o, s = decode_step_new(qg, None, None, *view, workspace, stats, cache.max_len,
+                                   cache._v_exp_fixed is not None, cache.softmax_scale, None,
+                                   cache.refine_band, cache.refine_band + V_REFINE_EXTRA, w, None,
+                                   cache._pinned, desc=desc)
+            o = o.reshape(P, Hk, k, G, D).transpose(1, 2).reshape(P * k, H, D)[:c1 - c0]
+            s = s.reshape(P, Hk, k, G).transpose(1, 2).reshape(P * k, H)[:c1 - c0]
+            if whole and c1 - c0 == n:  # (one call covers every token)
+                return o.contiguous(), s.contiguous()
+            if whole:
+                out = torch.empty((n, H, D), dtype=q.dtype, device=q.device)
+                lse = torch.empty((n, H), dtype=torch.float32, device=q.device)
+                whole = False
+            out[c0:c1] = o
+            lse[c0:c1] = s
     return out, lse
 
 
