@@ -905,8 +905,10 @@ class FoldKVCache:
 
         fn = "FoldKVCache.prefill_request"
         window_size = self._call_window(window_size, fn)
-        b = self._check_request(request, fn)
-        held = int(self.lengths[b])
+        b = self._check_request(request, fn, active=False)
+        held = int(self.lengths[b])  # (the one device read of the length this call makes)
+        if held < 0:
+            raise ValueError(f"{fn}: request {b} is not active (released or never added)")
         q = self._check_rows(q, "q", fn, self.n_heads)
         k = self._check_rows(k, "k", fn, self.n_kv_heads, tokens=q.shape[0])
         v = self._check_rows(v, "v", fn, self.n_kv_heads, tokens=q.shape[0])

@@ -326,3 +326,19 @@ def test_a_prompt_gives_the_varlen_calls_bits(window):
     ref = fa.fold_attn_varlen_func(q, k, v, torch.tensor([0, n], dtype=torch.int32), causal=True,
                                    sinks=sinks, **kw)
     assert torch.equal(bits16(out), bits16(ref))
+
+
+def test_an_inactive_request_is_refused():
+    """prefill_request reads the request's length once and refuses a slot that holds no request
+    (never added, or released), naming it, with the cache unchanged."""
+    H, Hk, D = 8, 2, 64
+    q, k, v = _data(10, H, Hk, D, seed=4)
+    cache = _cache(H, Hk, D, 100)
+    with pytest.raises(ValueError, match="request 0 is not active"):
+        cache.prefill_request(0, q, k, v)
+    cache.add_request()
+    cache.prefill_request(0, q, k, v)
+    cache.release(0)
+    with pytest.raises(ValueError, match="request 0 is not active"):
+        cache.prefill_request(0, q, k, v)
+    assert cache.lengths.tolist() == [-1, -1] and cache.free_pages == cache.num_pages
