@@ -122,10 +122,12 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
     if L is None:
         L = int(cache.lengths[b])
     runs = _runs(_token_windows(n, L, before, cache._pinned), max(1, _MAX_GROUP_ROWS // G))
-    whole = len(runs) == 1 and runs[0][1] - runs[0][0] == n  # one call covers every token
-    if not whole:
-        out = torch.zeros((n, H, D), dtype=q.dtype, device=q.device)
-        lse = torch.full((n, H), float("-inf"), dtype=torch.float32, device=q.device)
+
+    def blank():  # (zeros / -inf: what a token that sees no history key gets)
+        return (torch.zeros((n, H, D), dtype=q.dtype, device=q.device),
+                torch.full((n, H), float("-inf"), dtype=torch.float32, device=q.device))
+
+    out = lse = None  # made by the first call that does not cover every token
     pool = (cache.k_a, cache.k_b, cache.k_scale, cache.v, cache.v_a, cache.v_b)
     per_request = (cache.v_exp, cache.v_page_sum, cache.heavy_keys, cache.page_table, cache.lengths)
     stats = torch.zeros(cache._stats_dev.numel(), dtype=torch.int64, device=cache.device)
@@ -177,15 +179,13 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
                                    cache._pinned, desc=desc)
             o = o.reshape(P, Hk, k, G, D).transpose(1, 2).reshape(P * k, H, D)[:c1 - c0]
             s = s.reshape(P, Hk, k, G).transpose(1, 2).reshape(P * k, H)[:c1 - c0]
-            if whole and c1 - c0 == n:  # (one call covers every token)
+            if c1 - c0 == n:  # one call covers every token (so it is the only one)
                 return o.contiguous(), s.contiguous()
-            if whole:
-                out = torch.empty((n, H, D), dtype=q.dtype, device=q.device)
-                lse = torch.empty((n, H), dtype=torch.float32, device=q.device)
-                whole = False
+            if out is None:
+                out, lse = blank()
             out[c0:c1] = o
             lse[c0:c1] = s
-    return out, lse
+    return (out, lse) if out is not None else blank()
 
 
 def history_tail(cache, b: int, T: int, L: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -130,12 +130,17 @@ def _rotation_finite(y: torch.Tensor) -> bool:
 _LOG2E = 1.44269504088896340736  # (decode_step.cpp's kLog2e, as a float32 below)
 
 
+def _query_scale(softmax_scale: float) -> float:
+    """softmax_scale x log2 e as the decode step takes it: the float32 product of the two as
+    float32 (exact as a Python float; a float32 tensor times it multiplies in float32)."""
+    return float(torch.tensor(softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32))
+
+
 def _query_rotation_finite(rows: torch.Tensor, softmax_scale: float) -> bool:
     """Whether query rows (..., D) stay finite once scaled by softmax_scale x log2 e (both as
     float32) and rotated, as the decode step quantises them (the C reference refuses them
     otherwise)."""
-    cmul = torch.tensor(softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32)
-    return _rotation_finite(rows.reshape(-1, rows.shape[-1]).float() * cmul.to(rows.device))
+    return _rotation_finite(rows.reshape(-1, rows.shape[-1]).float() * _query_scale(softmax_scale))
 
 
 class PagePoolExhausted(RuntimeError):
@@ -703,10 +708,8 @@ class FoldKVCache:
         if self.v_scale is not None:
             return False
         top = 2.0 ** (128 - self.head_dim.bit_length())
-        cmul = float(torch.tensor(self.softmax_scale, dtype=torch.float32)
-                     * torch.tensor(_LOG2E, dtype=torch.float32))  # (float32, as the step's)
         ok = torch.stack([k.abs().lt(top).all(), v.abs().lt(math.inf).all(),
-                          (q.float() * cmul).abs().lt(top).all()])
+                          (q.float() * _query_scale(self.softmax_scale)).abs().lt(top).all()])
         return bool(ok.all())
 
     def _chunks(self, length: int, n: int):
