@@ -631,13 +631,24 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   const int64_t n_kb = (static_cast<int64_t>(p.seqlen) + Cfg::kBn - 1) / Cfg::kBn;
   if (n_hb == 0 || n_kb == 0) return;
   int64_t target = (2 * sm_count() + n_kb - 1) / n_kb;
-  // Non-causal with at most 16 key blocks (S <= 2048 at 128-key blocks): chunks of at most 4 KV
-  // head x request. Measured (graphed, L2 flushed): on an H200 +2.1-3.0% at (8, 2048, 16/16,
-  // 128) and (16, 1024, 32/8, 128) full; on an H100 +1.1% and +6.9% there, +0.5% at (8, 2048,
-  // 32/32, 64) full. Not wider: the S 4096 / 8192 shapes lost 2-7% with small chunks, causal
-  // shapes up to 5%. FOLD_BWD_CHUNK_RULE=0 (read per call) keeps the two-wave target, for A/B.
+  // Non-causal calls take chunks of at most 4 KV head x request where that measured faster.
+  // Smaller chunks keep more of a head's key blocks resident together, so the Q / dO rows and
+  // the int32 dQ grid rows they all walk leave L2 fewer times (ncu, H100, varlen mix: DRAM
+  // read 6.9 -> 2.9 GB, written 3.7 -> 1.6 GB), while more CTAs reduce-add into the same dQ
+  // lines at once; which side wins depends on the shape and the device's DRAM bandwidth:
+  // - at most 16 key blocks (S <= 2048): +2.1-3.0% at (8, 2048, 16/16, 128) and (16, 1024,
+  //   32/8, 128) full on an H200, +1.0% and +5.9-6.9% on an H100, +0.4% at (8, 2048, 32/32,
+  //   64) full;
+  // - packed (varlen) requests on devices below 4.2 TB/s of DRAM bandwidth (H100 class): the
+  //   varlen mix full +12-14% on an H100. On an H200 (4.8 TB/s) the mix measured 0.985-1.007
+  //   with chunks of 2-8, and dense S 4096 / 8192 (like packed requests of equal length) lost
+  //   2-7% with small chunks, so faster devices keep the two-wave target; on an H100 those
+  //   dense shapes measured -3.6% to +1.4%.
+  // Causal shapes keep the two-wave target (up to 5% lost with small chunks). Scheduling only.
+  // FOLD_BWD_CHUNK_RULE=0 (read per call) keeps the two-wave target everywhere, for A/B runs.
   const char *rule = std::getenv("FOLD_BWD_CHUNK_RULE");
-  if (!p.causal && n_kb <= 16 && (rule == nullptr || std::strcmp(rule, "0") != 0))
+  if (!p.causal && (rule == nullptr || std::strcmp(rule, "0") != 0) &&
+      (n_kb <= 16 || (p.cu_seqlens != nullptr && dram_bytes_per_second() < 4.2e12)))
     target = std::min<int64_t>(target, 4);
   if (const char *env = std::getenv("FOLD_BWD_HB_CHUNK"); env != nullptr && std::atoll(env) > 0)
     target = std::atoll(env);

@@ -52,6 +52,24 @@ int sm_count() {
   return n;
 }
 
+double dram_bytes_per_second() {
+  const int device = current_device();
+  static std::mutex mutex;
+  static std::map<int, double> rates;  // device -> bytes per second
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = rates.find(device);
+  if (found != rates.end()) return found->second;
+  int khz = 0, bits = 0;
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device),
+        "cudaDeviceGetAttribute(memoryClockRate)");
+  check(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device),
+        "cudaDeviceGetAttribute(globalMemoryBusWidth)");
+  // Double data rate: two transfers per clock.
+  const double rate = khz > 0 && bits > 0 ? 2.0 * khz * 1e3 * bits / 8.0 : 0.0;
+  rates.emplace(device, rate);
+  return rate;
+}
+
 int resident_blocks(const void *kernel, int threads, size_t smem) {
   const int device = current_device();
   static std::mutex mutex;

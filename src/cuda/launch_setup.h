@@ -15,6 +15,10 @@ void set_max_dynamic_smem(const void *kernel, int bytes, const char *what);
 // Streaming multiprocessors of the current device (>= 1).
 int sm_count();
 
+// Peak DRAM bandwidth of the current device in bytes per second (twice the memory clock times
+// the bus width), or 0 when the device does not report them. Queried once per device.
+double dram_bytes_per_second();
+
 // Blocks of `kernel` resident at once on one multiprocessor of the current device with
 // `threads` threads and `smem` bytes of dynamic shared memory (>= 1; the occupancy calculator,
 // queried once per kernel, size and device). Call after set_max_dynamic_smem. Thread-safe.
