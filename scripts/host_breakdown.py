@@ -6,8 +6,9 @@ Per shape, forward and forward + backward on the eager route:
   C calls   each library entry point's wall time per call, timed by wrapping the ctypes
             functions (what the library's host side costs: checks, tensor maps, launches);
   pieces    the torch calls the wrapper makes around them, timed alone in a loop on the same
-            device: torch.empty of the outputs, torch.cuda.device(...) enter / exit, the current
-            stream's handle, the autograd engine's round trip for a no-op Function.
+            device: torch.empty of the outputs, torch.cuda.device(...) enter / exit and the
+            package's device_scope, the current stream's handle (torch's public query and the
+            package's stream_handle), the autograd engine's round trip for a no-op Function.
 The rest (total minus C calls) is the package's Python and torch's dispatch.
 
     python3 scripts/host_breakdown.py [--profile]   (FOLD_HOST_CASES="B,S,H,Hkv,D,W;...", W 0: no
@@ -22,6 +23,7 @@ import time
 import torch
 
 from fold_attention import _lib
+from fold_attention._device import device_scope, stream_handle
 from quick_timing import env_cases  # scripts/ is on sys.path when run as a script
 from time_host import calls, host_us
 
@@ -75,10 +77,16 @@ def pieces(dev):
         with torch.cuda.device(dev):
             pass
 
+    def scope_enter_exit():
+        with device_scope(dev):
+            pass
+
     for label, fn in (
             ("torch.empty (4 KB, cuda)", lambda: torch.empty(1024, device=dev)),
             ("torch.cuda.device(...) enter / exit", enter_exit),
+            ("device_scope (the package's) enter / exit", scope_enter_exit),
             ("current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
+            ("stream_handle (the package's)", lambda: stream_handle(dev)),
             ("autograd.grad through a no-op Function",
              lambda: torch.autograd.grad(_Noop.apply(x), x, g))):
         print(f"  {label:<42} {host_us(fn, 2000):8.2f} us", flush=True)

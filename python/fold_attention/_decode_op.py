@@ -18,6 +18,7 @@ import torch
 
 from . import _lib
 from ._bind import DTYPE_CODES
+from ._device import device_scope, stream_handle
 from ._decode_lib import STATS_COUNTERS, FoldDecodeParams, FoldDecodeStats, FoldKVCacheDesc, library
 from ._lib import FoldTensor
 
@@ -95,11 +96,12 @@ def decode_precheck_cuda(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_ex
                           heavy_keys, page_table, lengths, max_len, v_exp_fixed)
     out = (ctypes.c_int32 * batch)()
     bits = ctypes.c_int32(0)
-    status = library().fold_decode_cuda_precheck(
-        ctypes.byref(desc), n_heads, _rows(q, n_heads, D), _rows(k_step, n_kv_heads, D),
-        _rows(v_step, n_kv_heads, D), out, ctypes.byref(bits),
-        ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream),
-    )
+    with device_scope(q.device):
+        status = library().fold_decode_cuda_precheck(
+            ctypes.byref(desc), n_heads, _rows(q, n_heads, D), _rows(k_step, n_kv_heads, D),
+            _rows(v_step, n_kv_heads, D), out, ctypes.byref(bits),
+            ctypes.c_void_p(stream_handle(q.device)),
+        )
     _lib.check(status, "fold_decode_cuda_precheck")
     return list(out), bits.value
 
@@ -163,12 +165,13 @@ def decode_step_into(
     kt, vt = _rows(k_step, n_kv_heads, D), _rows(v_step, n_kv_heads, D)
     lse_p = ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float))
     if q.device.type == "cuda":
-        status = library().fold_decode_cuda(
-            ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot, lse_p,
-            ctypes.cast(stats.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
-            ctypes.c_void_p(workspace.data_ptr()), ctypes.c_size_t(workspace.numel()),
-            ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream),
-        )
+        with device_scope(q.device):
+            status = library().fold_decode_cuda(
+                ctypes.byref(desc), ctypes.byref(params), qt, kt, vt, ot, lse_p,
+                ctypes.cast(stats.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+                ctypes.c_void_p(workspace.data_ptr()), ctypes.c_size_t(workspace.numel()),
+                ctypes.c_void_p(stream_handle(q.device)),
+            )
         _lib.check(status, "fold_decode_cuda")
         return
     s = FoldDecodeStats()

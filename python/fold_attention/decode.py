@@ -29,6 +29,7 @@ import os
 import torch
 
 from . import _lib
+from ._device import device_scope, stream_handle
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
 from . import _history
@@ -86,10 +87,6 @@ def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.d
     if device.type not in ("cpu", "cuda"):
         raise NotImplementedError(f"{fn}: {what} is on {device}: no decode kernels for it; use CPU or CUDA tensors")
     raise NotImplementedError(f"{fn}: {what} is on {device} but the cache is on {cache_device}")
-
-
-def _stream() -> int:
-    return torch.cuda.current_stream().cuda_stream
 
 
 def _float32(x, name: str, fn: str, *, positive: bool) -> float:
@@ -360,7 +357,9 @@ class FoldKVCache:
         with torch.inference_mode(False):
             self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
             if self.is_cuda:
-                size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
+                with device_scope(dev):
+                    size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()),
+                                                                          self.n_heads))
                 if size == 0:
                     raise ValueError(f"{fn}: {_lib.last_error()}")
                 self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
@@ -792,8 +791,9 @@ class FoldKVCache:
             kt = FoldTensor(k[lo - length:].data_ptr(), 0, k.shape[1] * D, D)
             vt = FoldTensor(v[lo - length:].data_ptr(), 0, v.shape[1] * D, D)
             if self.is_cuda:
-                status = library().fold_kvcache_append_cuda(ctypes.byref(desc), b, hi - lo, kt, vt,
-                                                            _stream())
+                with device_scope(self.device):
+                    status = library().fold_kvcache_append_cuda(ctypes.byref(desc), b, hi - lo, kt, vt,
+                                                                stream_handle(self.device))
                 _lib.check(status, "fold_kvcache_append_cuda")
             else:
                 status = library().fold_kvcache_append_cpu(ctypes.byref(desc), b, hi - lo, kt, vt)

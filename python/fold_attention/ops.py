@@ -10,7 +10,7 @@ import torch
 
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
-from ._device import require_cuda_kernels
+from ._device import device_scope, require_cuda_kernels, stream_handle
 from ._validate import validate_attention, validate_like
 
 __all__ = ["bwd_preprocess"]
@@ -72,9 +72,8 @@ def bwd_preprocess(
     elif device.type == "cuda":
         require_cuda_kernels(device, fn)
         problem = make_problem(spec, host=False)
-        with torch.cuda.device(device):
-            stream = torch.cuda.current_stream(device).cuda_stream
-            status = lib.fold_bwd_preprocess_cuda(problem, *args, stream)
+        with device_scope(device):
+            status = lib.fold_bwd_preprocess_cuda(problem, *args, stream_handle(device))
         _lib.check(status, "fold_bwd_preprocess_cuda")
     else:
         raise NotImplementedError(f"{fn}: no kernels for device type {device.type!r}")

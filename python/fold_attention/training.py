@@ -14,7 +14,7 @@ import torch
 
 from . import _lib
 from ._bind import abi_layout, fold_tensor, float_ptr, make_problem
-from ._device import require_cuda_kernels
+from ._device import device_scope, require_cuda_kernels, stream_handle
 from ._validate import (SUPPORTED_DTYPES, AttnSpec, check_sinks, float32_scale, require_flag,
                         validate_attention)
 
@@ -58,10 +58,6 @@ def _cuda_layout(x: torch.Tensor, varlen: bool) -> torch.Tensor:
     return x if x.data_ptr() % 16 == 0 else x.clone()
 
 
-def _stream(device: torch.device):
-    return torch.cuda.current_stream(device).cuda_stream
-
-
 # FOLD_BOUND_MAX_ABS_K / _V of fold_attention.h: the slots of the bounds the forward can take.
 BWD_BOUNDS = 4
 
@@ -84,13 +80,13 @@ def _forward(spec: AttnSpec, q, k, v, kv_bounds: bool = False, sinks=None):
     args = [fold_tensor(x, spec.varlen) for x in (q, k, v, out)] + [float_ptr(lse)]
     if spec.device.type == "cuda":
         problem = make_problem(spec, host=False, sinks=sinks)
-        with torch.cuda.device(spec.device):
+        with device_scope(spec.device):
             if bounds is not None:
                 status = lib.fold_fwd_cuda_kv_bounds(problem, *args, float_ptr(bounds),
-                                                     _stream(spec.device))
+                                                     stream_handle(spec.device))
                 _lib.check(status, "fold_fwd_cuda_kv_bounds")
             else:
-                status = lib.fold_fwd_cuda(problem, *args, _stream(spec.device))
+                status = lib.fold_fwd_cuda(problem, *args, stream_handle(spec.device))
                 _lib.check(status, "fold_fwd_cuda")
     else:
         if bounds is not None:
@@ -116,15 +112,15 @@ def _backward(spec: AttnSpec, q, k, v, out, dout, lse, kv_bounds=None):
         problem = make_problem(spec, host=False)
         size = int(lib.fold_bwd_cuda_workspace_size(problem))
         workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=spec.device)
-        with torch.cuda.device(spec.device):
+        with device_scope(spec.device):
             if kv_bounds is not None:
                 status = lib.fold_bwd_cuda_kv_bounds(problem, *args, float_ptr(kv_bounds),
                                                      workspace.data_ptr(), size,
-                                                     _stream(spec.device))
+                                                     stream_handle(spec.device))
                 _lib.check(status, "fold_bwd_cuda_kv_bounds")
             else:
                 status = lib.fold_bwd_cuda(problem, *args, workspace.data_ptr(), size,
-                                           _stream(spec.device))
+                                           stream_handle(spec.device))
                 _lib.check(status, "fold_bwd_cuda")
     else:
         _lib.check(lib.fold_bwd_cpu(make_problem(spec, host=True), *args), "fold_bwd_cpu")

@@ -1,0 +1,114 @@
+"""GPU: calls on tensors of a GPU other than the current one (a model split over GPUs in one
+process, as accelerate's device_map does). The library works on the CUDA runtime's current
+device, so the package must switch to the tensors' device for each call; before it did, the
+decode path launched on the current device's stream with the other device's pointers. Each
+result must equal, bit for bit, the same call made with the tensors' device current, and the
+current device must be left as it was. The stream handle's fast query is checked on one GPU.
+Skipped without a CUDA device or a CUDA build; the two-device tests without a second device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fold_attention as fa
+from helpers import gpu_ready
+
+_READY, _WHY = gpu_ready()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _READY, reason=_WHY)]
+two_devices = pytest.mark.skipif(not _READY or torch.cuda.device_count() < 2,
+                                 reason="needs two CUDA devices")
+
+
+def test_stream_handle_is_torch_current_stream():
+    # (Imported here, not at the top: the two-device tests below also run against packages
+    # without these helpers, to show what they fix.)
+    from fold_attention._device import stream_handle
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    assert stream_handle(dev) == torch.cuda.current_stream(dev).cuda_stream
+    side = torch.cuda.Stream(dev)
+    with torch.cuda.stream(side):
+        assert stream_handle(dev) == side.cuda_stream != 0
+    assert stream_handle(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
+
+
+def test_device_scope_switches_only_when_needed():
+    from fold_attention._device import device_scope
+
+    here = torch.cuda.current_device()
+    with device_scope(torch.device("cuda", here)):
+        assert torch.cuda.current_device() == here
+    with device_scope(torch.device("cuda")):
+        assert torch.cuda.current_device() == here
+    if torch.cuda.device_count() > 1:
+        other = (here + 1) % torch.cuda.device_count()
+        with device_scope(torch.device("cuda", other)):
+            assert torch.cuda.current_device() == other
+        assert torch.cuda.current_device() == here
+
+
+def _training(dev, varlen):
+    g = torch.Generator().manual_seed(7)
+    if varlen:
+        lengths = [300, 77, 512]
+        T = sum(lengths)
+        q, k, v, do = (torch.randn(T, h, 128, generator=g).to(dev, torch.bfloat16) for h in (8, 2, 2, 8))
+        cu = torch.tensor([0, 300, 377, 889], dtype=torch.int32, device=dev)
+    else:
+        q, k, v, do = (torch.randn(2, 333, h, 64, generator=g).to(dev, torch.bfloat16) for h in (8, 4, 4, 8))
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    if varlen:
+        out = fa.fold_attn_varlen_func(q, k, v, cu, causal=True)
+    else:
+        out = fa.fold_attn_func(q, k, v, causal=True)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    return [x.detach().cpu() for x in (out, *grads)]
+
+
+@two_devices
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_training_on_another_device(varlen):
+    torch.cuda.set_device(0)
+    other = torch.device("cuda", 1)
+    with torch.cuda.device(other):
+        want = _training(other, varlen)
+    got = _training(other, varlen)  # current device: 0
+    assert torch.cuda.current_device() == 0
+    for a, b in zip(want, got):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+        assert torch.isfinite(b.float()).all()
+
+
+def _decode(dev, depth):
+    g = torch.Generator().manual_seed(11)
+    H, Hk, D, lengths = 8, 2, 64, [200, 513]
+    T = sum(lengths)
+    q, k, v = (torch.randn(T, h, D, generator=g).to(dev, torch.bfloat16) for h in (H, Hk, Hk))
+    cu = torch.tensor([0, 200, T], dtype=torch.int32)
+    cache = fa.FoldKVCache(2, H, Hk, D, 1024, depth=depth, device=dev)
+    first = cache.prefill(q, k, v, cu)
+    outs = [first]
+    for step in range(3):
+        qs, ks, vs = (torch.randn(2, h, D, generator=g).to(dev, torch.bfloat16) for h in (H, Hk, Hk))
+        outs += list(fa.fold_attn_with_kvcache(qs, cache, ks, vs, return_lse=True))
+    extra = torch.randn(40, H, D, generator=g).to(dev, torch.bfloat16)
+    ek, ev = (torch.randn(40, Hk, D, generator=g).to(dev, torch.bfloat16) for _ in range(2))
+    outs.append(cache.prefill_request(1, extra, ek, ev))
+    return [x.detach().cpu() for x in outs], cache.lengths.tolist()
+
+
+@two_devices
+@pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
+def test_decode_on_another_device(depth):
+    torch.cuda.set_device(0)
+    other = torch.device("cuda", 1)
+    with torch.cuda.device(other):
+        want, want_len = _decode(other, depth)
+    got, got_len = _decode(other, depth)  # current device: 0
+    assert torch.cuda.current_device() == 0
+    assert got_len == want_len == [203, 556]
+    for a, b in zip(want, got):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+        assert torch.isfinite(b.float()).all()
