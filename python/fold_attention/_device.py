@@ -1,4 +1,5 @@
-"""Early, clear errors for GPUs the CUDA kernels were not built for.
+"""The CUDA calls' device handling: early, clear errors for GPUs the CUDA kernels were not
+built for, and the device scope and stream handle every C call of the package takes.
 
 The library's kernels are compiled for sm_90a only (H100/H200: wgmma, TMA and setmaxnreg
 exist there alone). On any other GPU a launch would fail with the CUDA runtime's "no kernel
