@@ -646,9 +646,14 @@ void launch_sm90(const fold_attn_problem_t &p, fold_tensor_t q, fold_tensor_t k,
   //   dense shapes measured -3.6% to +1.4%.
   // Causal shapes keep the two-wave target (up to 5% lost with small chunks). Scheduling only.
   // FOLD_BWD_CHUNK_RULE=0 (read per call) keeps the two-wave target everywhere, for A/B runs.
+  // (A device of unknown bandwidth keeps the two-wave target for packed calls.)
   const char *rule = std::getenv("FOLD_BWD_CHUNK_RULE");
+  const auto slow_dram = [] {
+    const double rate = dram_bytes_per_second();
+    return rate > 0 && rate < 4.2e12;
+  };
   if (!p.causal && (rule == nullptr || std::strcmp(rule, "0") != 0) &&
-      (n_kb <= 16 || (p.cu_seqlens != nullptr && dram_bytes_per_second() < 4.2e12)))
+      (n_kb <= 16 || (p.cu_seqlens != nullptr && slow_dram())))
     target = std::min<int64_t>(target, 4);
   if (const char *env = std::getenv("FOLD_BWD_HB_CHUNK"); env != nullptr && std::atoll(env) > 0)
     target = std::atoll(env);

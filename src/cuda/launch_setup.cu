@@ -59,13 +59,15 @@ double dram_bytes_per_second() {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = rates.find(device);
   if (found != rates.end()) return found->second;
+  // A scheduling hint, not a requirement: a device that does not report these gives 0
+  // (unknown), and the failed query leaves no error behind for the next launch.
   int khz = 0, bits = 0;
-  check(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device),
-        "cudaDeviceGetAttribute(memoryClockRate)");
-  check(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device),
-        "cudaDeviceGetAttribute(globalMemoryBusWidth)");
+  const bool known =
+      cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess;
+  if (!known) (void)cudaGetLastError();
   // Double data rate: two transfers per clock.
-  const double rate = khz > 0 && bits > 0 ? 2.0 * khz * 1e3 * bits / 8.0 : 0.0;
+  const double rate = known && khz > 0 && bits > 0 ? 2.0 * khz * 1e3 * bits / 8.0 : 0.0;
   rates.emplace(device, rate);
   return rate;
 }

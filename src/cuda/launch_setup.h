@@ -16,7 +16,8 @@ void set_max_dynamic_smem(const void *kernel, int bytes, const char *what);
 int sm_count();
 
 // Peak DRAM bandwidth of the current device in bytes per second (twice the memory clock times
-// the bus width), or 0 when the device does not report them. Queried once per device.
+// the bus width), or 0 (unknown) when the device does not report them. Queried once per device;
+// never fails.
 double dram_bytes_per_second();
 
 // Blocks of `kernel` resident at once on one multiprocessor of the current device with

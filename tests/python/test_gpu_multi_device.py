@@ -8,6 +8,8 @@ Skipped without a CUDA device or a CUDA build; the two-device tests without a se
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -20,6 +22,15 @@ two_devices = pytest.mark.skipif(not _READY or torch.cuda.device_count() < 2,
                                  reason="needs two CUDA devices")
 
 
+@pytest.fixture
+def device_zero():
+    """cuda:0 current for the test, the caller's current device restored after it."""
+    before = torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    yield
+    torch.cuda.set_device(before)
+
+
 def test_stream_handle_is_torch_current_stream():
     # (Imported here, not at the top: the two-device tests below also run against packages
     # without these helpers, to show what they fix.)
@@ -30,17 +41,16 @@ def test_stream_handle_is_torch_current_stream():
     side = torch.cuda.Stream(dev)
     with torch.cuda.stream(side):
         assert stream_handle(dev) == side.cuda_stream != 0
-    assert stream_handle(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
+        assert stream_handle(torch.device("cuda")) == side.cuda_stream  # (index None: current)
 
 
 def test_device_scope_switches_only_when_needed():
     from fold_attention._device import device_scope
 
     here = torch.cuda.current_device()
-    with device_scope(torch.device("cuda", here)):
-        assert torch.cuda.current_device() == here
-    with device_scope(torch.device("cuda")):
-        assert torch.cuda.current_device() == here
+    # Already current: no torch.cuda.device context at all (the point of the helper).
+    assert isinstance(device_scope(torch.device("cuda", here)), contextlib.nullcontext)
+    assert isinstance(device_scope(torch.device("cuda")), contextlib.nullcontext)
     if torch.cuda.device_count() > 1:
         other = (here + 1) % torch.cuda.device_count()
         with device_scope(torch.device("cuda", other)):
@@ -67,10 +77,22 @@ def _training(dev, varlen):
     return [x.detach().cpu() for x in (out, *grads)]
 
 
+def _training_ops(dev):
+    """The backward's pieces called directly on this thread (autograd runs a device's backward
+    nodes on a worker thread already switched to that device, so _training alone would not
+    show a missing switch in them): fold_attention::bwd and ops.bwd_preprocess."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v, do = (torch.randn(2, 200, h, 64, generator=g).to(dev, torch.bfloat16) for h in (8, 4, 4, 8))
+    out, lse = fa.fold_attn_func(q, k, v, causal=True, return_lse=True)
+    lse = lse.permute(1, 0, 2).reshape(8, -1).contiguous()  # (H, B * S): the op's layout
+    grads = torch.ops.fold_attention.bwd(q, k, v, out, do, lse, None, 200, True, 0.125)
+    delta, bounds = fa.ops.bwd_preprocess(k, v, out, do, causal=True)
+    return [x.cpu() for x in (*grads, delta, bounds)]
+
+
 @two_devices
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_training_on_another_device(varlen):
-    torch.cuda.set_device(0)
+def test_training_on_another_device(varlen, device_zero):
     other = torch.device("cuda", 1)
     with torch.cuda.device(other):
         want = _training(other, varlen)
@@ -79,6 +101,17 @@ def test_training_on_another_device(varlen):
     for a, b in zip(want, got):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
         assert torch.isfinite(b.float()).all()
+
+
+@two_devices
+def test_backward_pieces_on_another_device(device_zero):
+    other = torch.device("cuda", 1)
+    with torch.cuda.device(other):
+        want = _training_ops(other)
+    got = _training_ops(other)  # current device: 0
+    assert torch.cuda.current_device() == 0
+    for a, b in zip(want, got):
+        assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 def _decode(dev, depth):
@@ -101,8 +134,7 @@ def _decode(dev, depth):
 
 @two_devices
 @pytest.mark.parametrize("depth", [None, 16.0], ids=["dense", "depth16"])
-def test_decode_on_another_device(depth):
-    torch.cuda.set_device(0)
+def test_decode_on_another_device(depth, device_zero):
     other = torch.device("cuda", 1)
     with torch.cuda.device(other):
         want, want_len = _decode(other, depth)
