@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared for the next session (carry .ab/c47e.* and .ab/fwd_call_host; c47e = main 6bbc501's
+# Prepared for the next session (carry .ab/c47e.* and .ab/fwd_call_host; c47e = main 0fa671e's
 # device code + `patches/c-device-checks-prepared.patch`, i.e. branch wip/c-device-checks; if
 # .ab is gone: `git am` the patch on main, build, xz the library as .ab/c47e.so.xz). The C entry
 # points' device-argument checks ran in session 47 rounds 9-11 on the multi-device file and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared for a session that gets an H200 (carry .ab/m47.*: main 6bbc501's library, whose device
+# Prepared for a session that gets an H200 (carry .ab/m47.*: main 0fa671e's library, whose device
 # code is main's at the end of session 47). Session 47 measured the backward's CTA chunk rules on
 # H100s only. On the H200: (1) the rule's A/B (FOLD_BWD_CHUNK_RULE=0 = the old two-wave target)
 # in the backward protocol, full masks; (2) chunks of 4 everywhere as a variant, whose varlen row
