@@ -36,7 +36,6 @@ import torch
 from . import _lib
 from ._decode_lib import V_EXP_UNSET, V_REFINE_EXTRA, library
 from ._decode_op import cache_desc, decode_step_new
-from ._device import device_scope
 from ._hadamard import hadamard_unnormalised
 
 _MAX_GROUP_ROWS = 64
@@ -145,8 +144,7 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
                                 cache._v_exp_fixed is not None, cache._pinned)
 
     def workspace_bytes(desc, rows):
-        with device_scope(cache.device):
-            size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
+        size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(desc), rows))
         if size == 0:
             raise ValueError(f"FoldKVCache.prefill_request: {_lib.last_error()}")
         return max(size, 256)

@@ -357,9 +357,7 @@ class FoldKVCache:
         with torch.inference_mode(False):
             self._stats_dev = torch.zeros(STATS_COUNTERS, dtype=torch.int64, device=dev)
             if self.is_cuda:
-                with device_scope(dev):
-                    size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()),
-                                                                          self.n_heads))
+                size = int(library().fold_decode_cuda_workspace_size(ctypes.byref(self._desc()), self.n_heads))
                 if size == 0:
                     raise ValueError(f"{fn}: {_lib.last_error()}")
                 self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
