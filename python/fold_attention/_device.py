@@ -15,7 +15,7 @@ import torch
 
 from . import _lib
 
-__all__ = ["device_scope", "require_cuda_kernels", "stream_handle"]
+__all__ = ["device_scope", "require_cuda_kernels", "stream_capturing", "stream_handle"]
 
 SUPPORTED_CAPABILITY = (9, 0)
 
@@ -76,3 +76,15 @@ def device_scope(device: torch.device):
     if device.index is None or device.index == torch.cuda.current_device():
         return contextlib.nullcontext()
     return torch.cuda.device(device)
+
+
+def stream_capturing(device: torch.device) -> bool:
+    """Whether torch's current stream on `device` is capturing a CUDA graph. torch's own query
+    looks at the current device's stream, which is not the tensors' when they live on another
+    GPU (a capture on cuda:1's stream with cuda:0 current would read as not capturing, and the
+    host reads that follow would break the capture). Not traceable: callers test
+    torch.compiler.is_compiling() first."""
+    if device.type != "cuda":
+        return False
+    with device_scope(device):
+        return torch.cuda.is_current_stream_capturing()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._device import stream_capturing
 from ._lib import FOLD_MAX_HEAD_DIM
 
 __all__ = [
@@ -228,10 +229,10 @@ def _compiling() -> bool:
 
 
 def _no_host_reads(device: torch.device) -> bool:
-    """Tracing under torch.compile, or capturing a CUDA graph on the current stream: device
-    values (cu_seqlens) cannot be read on the host. (is_compiling first: dynamo cannot
-    trace is_current_stream_capturing, and never has to.)"""
-    return _compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    """Tracing under torch.compile, or capturing a CUDA graph on `device`'s current stream:
+    device values (cu_seqlens) cannot be read on the host. (is_compiling first: dynamo cannot
+    trace the capture query, and never has to.)"""
+    return _compiling() or stream_capturing(device)
 
 
 def _check_dim(x: torch.Tensor, name: str, ndim: int, layout: str, fn: str) -> None:

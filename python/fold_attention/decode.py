@@ -29,7 +29,7 @@ import os
 import torch
 
 from . import _lib
-from ._device import device_scope, stream_handle
+from ._device import device_scope, stream_capturing, stream_handle
 from ._decode_op import decode_precheck_cuda, decode_step_into, decode_step_new, decode_step_op
 from ._bind import DTYPE_CODES
 from . import _history
@@ -1173,8 +1173,8 @@ def fold_attn_with_kvcache(q_step, cache, k_step=None, v_step=None, return_lse=F
     if k_step is not None:
         k, _ = _step_rows(k_step, "k_step", fn, cache, cache.n_kv_heads)
         v, _ = _step_rows(v_step, "v_step", fn, cache, cache.n_kv_heads)
-    # (is_compiling first: dynamo cannot trace is_current_stream_capturing, and never has to.)
-    host = not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing())
+    # (is_compiling first: dynamo cannot trace the capture query, and never has to.)
+    host = not torch.compiler.is_compiling() and not stream_capturing(cache.device)
     if host:
         # Host checks with as few device reads as possible (each is a sync on CUDA). CUDA: one
         # kernel reads the lengths and tests q, k and v (in active rows) for inf / NaN, and the
@@ -1271,7 +1271,7 @@ def _tokens(q, cache: FoldKVCache, k, v, return_lse: bool, window_size, sinks, f
                              f"tokens per request), got {tuple(x.shape)}")
     _step_window(window_size, cache, fn)
     sinks_checked = _step_sinks(sinks, cache, fn)
-    host = not torch.compiler.is_compiling() and not (cache.is_cuda and torch.cuda.is_current_stream_capturing())
+    host = not torch.compiler.is_compiling() and not stream_capturing(cache.device)
     if host:
         lengths = cache.lengths.tolist()
         active = [b for b, x in enumerate(lengths) if x >= 0]

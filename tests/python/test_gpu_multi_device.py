@@ -144,3 +144,40 @@ def test_decode_on_another_device(depth, device_zero):
     for a, b in zip(want, got):
         assert a.dtype == b.dtype and torch.equal(a, b)
         assert torch.isfinite(b.float()).all()
+
+
+def test_capture_query_follows_the_device():
+    from fold_attention._device import stream_capturing
+
+    here = torch.device("cuda", torch.cuda.current_device())
+    assert not stream_capturing(here) and not stream_capturing(torch.device("cpu"))
+    graph, x = torch.cuda.CUDAGraph(), torch.zeros(4, device=here)
+    with torch.cuda.graph(graph):
+        seen = stream_capturing(here), stream_capturing(torch.device("cuda"))
+        x += 1
+    assert seen == (True, True)
+
+
+@two_devices
+def test_capture_on_another_device(device_zero):
+    """A varlen forward captured on cuda:1's stream while cuda:0 is current. torch's capture
+    query reads cuda:0's stream (not capturing); the package must ask cuda:1's, or it reads
+    cu_seqlens on the host and breaks the capture."""
+    from fold_attention._device import stream_capturing
+
+    other = torch.device("cuda", 1)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(889, h, 128, generator=gen).to(other, torch.bfloat16) for h in (8, 2, 2))
+    cu = torch.tensor([0, 300, 377, 889], dtype=torch.int32, device=other)
+    with torch.cuda.device(other):
+        want = fa.fold_attn_varlen_func(q, k, v, cu, causal=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            with torch.cuda.device(0):
+                seen = stream_capturing(other), torch.cuda.is_current_stream_capturing()
+                out = fa.fold_attn_varlen_func(q, k, v, cu, causal=True)
+    assert seen == (True, False)
+    graph.replay()
+    torch.cuda.synchronize(other)
+    assert torch.cuda.current_device() == 0
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
