@@ -20,6 +20,10 @@
  *
  * Pointers of CUDA entry points are device pointers (cu_seqlens included); those of CPU
  * entry points are host pointers. `stream` is a cudaStream_t (NULL: the legacy stream).
+ * A CUDA entry point runs on the current device (cudaSetDevice): its device pointers must be
+ * memory of that device (or managed, or host memory mapped for it) and its stream that
+ * device's; pageable host memory, another device's memory or stream give
+ * FOLD_ERR_INVALID_ARGUMENT naming the argument (the decode entry points of decode.h too).
  */
 #ifndef FOLD_ATTENTION_H_
 #define FOLD_ATTENTION_H_

@@ -1,9 +1,11 @@
 // C entry points of the CUDA decode: host-side checks of the descriptors (no device memory
 // is read), then the launchers. See decode.h for what the caller must guarantee.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/status.h"
+#include "cuda/device_args.h"
 #include "cuda/launch.h"
 #include "decode/decode_cpu.h"
 #include "fold_attention/decode.h"
@@ -40,6 +42,24 @@ void check_cuda_cache(const fold_kvcache_t *c) {
       fold::fail(FOLD_ERR_UNSUPPORTED, "cache value arrays must be 16-byte aligned on CUDA");
 }
 
+// The cache's arrays and the call's own device arguments (device_args.h).
+void check_cache_device(const fold_kvcache_t &c, std::initializer_list<fold::cuda::DeviceArg> call,
+                        void *stream) {
+  fold::cuda::check_device_args({{"cache->k_a", c.k_a},
+                                 {"cache->k_b", c.k_b},
+                                 {"cache->k_scale", c.k_scale},
+                                 {"cache->v", c.v},
+                                 {"cache->v_a", c.v_a},
+                                 {"cache->v_b", c.v_b},
+                                 {"cache->v_exp", c.v_exp},
+                                 {"cache->v_page_sum", c.v_page_sum},
+                                 {"cache->heavy_keys", c.heavy_keys},
+                                 {"cache->page_table", c.page_table},
+                                 {"cache->lengths", c.lengths}},
+                                stream);
+  fold::cuda::check_device_args(call, stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -70,6 +90,7 @@ fold_status_t fold_kvcache_append_cuda(const fold_kvcache_t *cache, int32_t requ
     if (n_tokens == 0) return;
     check_rows("k", k, cache->n_kv_heads, cache->head_dim, n_tokens, true);
     check_rows("v", v, cache->n_kv_heads, cache->head_dim, n_tokens, true);
+    check_cache_device(*cache, {{"k", k.data}, {"v", v.data}}, stream);
     fold::cuda::launch_kvcache_append(*cache, request, n_tokens, k, v, stream);
   });
 }
@@ -103,6 +124,16 @@ fold_status_t fold_decode_cuda(const fold_kvcache_t *cache, const fold_decode_pa
                  std::to_string(need) + " bytes");
     if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
       fold::fail("workspace must be 256-byte aligned");
+    check_cache_device(c,
+                       {{"q", q.data},
+                        {"k_step", k_step.data},
+                        {"v_step", v_step.data},
+                        {"out", out.data},
+                        {"lse", lse},
+                        {"stats", stats},
+                        {"workspace", workspace},
+                        {"params->sinks", params->sinks}},
+                       stream);
     fold::cuda::launch_decode(c, fold::cpu::planned_params(c, *params), q, k_step, v_step, out, lse,
                               stats, workspace, stream);
   });
@@ -126,6 +157,9 @@ fold_status_t fold_decode_cuda_precheck(const fold_kvcache_t *cache, int32_t n_h
     }
     if (lengths_out == nullptr) fold::fail("lengths_out is NULL");
     if (nonfinite == nullptr) fold::fail("nonfinite is NULL");
+    // (lengths_out and nonfinite are host memory: decode.h.)
+    check_cache_device(c, {{"q", q.data}, {"k_step", k_step.data}, {"v_step", v_step.data}},
+                       stream);
     fold::cuda::launch_decode_precheck(c, n_heads, q, k_step, v_step, lengths_out, nonfinite,
                                        stream);
   });

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "core/validate.h"
+#include "cuda/device_args.h"
 #include "cuda/launch.h"
 #include "fold_attention/fold_attention.h"
 
@@ -96,6 +97,15 @@ void forward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fol
                                  fold::array_extent("lse", lse, p->total_tokens * p->n_heads, 4)};
   if (kv_bounds != nullptr) written.push_back(kv_bounds_extent(*p, kv_bounds));
   check_disjoint(written);
+  fold::cuda::check_device_args({{"q", q.data},
+                                 {"k", k.data},
+                                 {"v", v.data},
+                                 {"out", out.data},
+                                 {"lse", lse},
+                                 {"kv_bounds", kv_bounds},
+                                 {"cu_seqlens", p->cu_seqlens},
+                                 {"sinks", p->sinks}},
+                                stream);
   fold::cuda::launch_forward(*p, q, k, v, out, lse, kv_bounds, stream);
 }
 
@@ -132,6 +142,20 @@ void backward(const fold_attn_problem_t *p, fold_tensor_t q, fold_tensor_t k, fo
   // kv_bounds is only read, but it is copied into the workspace: the two may not overlap.
   if (kv_bounds != nullptr) written.push_back(kv_bounds_extent(*p, kv_bounds));
   check_disjoint(written);
+  fold::cuda::check_device_args({{"q", q.data},
+                                 {"k", k.data},
+                                 {"v", v.data},
+                                 {"out", out.data},
+                                 {"dout", dout.data},
+                                 {"lse", lse},
+                                 {"dq", dq.data},
+                                 {"dk", dk.data},
+                                 {"dv", dv.data},
+                                 {"kv_bounds", kv_bounds},
+                                 {"workspace", workspace},
+                                 {"cu_seqlens", p->cu_seqlens},
+                                 {"sinks", p->sinks}},
+                                stream);
   fold::cuda::launch_backward(*p, q, k, v, out, dout, lse, dq, dk, dv, kv_bounds, workspace,
                               stream);
 }
@@ -159,6 +183,15 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                       fold::array_extent(
                           "bounds", bounds,
                           static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS, 4)});
+    if (p->total_tokens > 0)
+      fold::cuda::check_device_args({{"k", k.data},
+                                     {"v", v.data},
+                                     {"out", out.data},
+                                     {"dout", dout.data},
+                                     {"delta", delta},
+                                     {"cu_seqlens", p->cu_seqlens}},
+                                    stream);
+    fold::cuda::check_device_args({{"bounds", bounds}}, stream);
     fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, nullptr, stream);
   });
 }

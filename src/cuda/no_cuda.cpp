@@ -1,5 +1,6 @@
 // Launchers of a build without CUDA: every CUDA entry point reports it clearly.
 #include "core/status.h"
+#include "cuda/device_args.h"
 #include "cuda/launch.h"
 
 namespace fold::cuda {
@@ -9,6 +10,9 @@ namespace {
   fail(FOLD_ERR_NO_CUDA, "this library was built without CUDA (no nvcc at build time)");
 }
 }  // namespace
+
+// (The entry points refuse a build without CUDA before they check their device arguments.)
+void check_device_args(std::initializer_list<DeviceArg>, void *) {}
 
 void launch_bwd_preprocess(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
                            fold_tensor_t, float *, float *, int32_t *, const float *, void *) {

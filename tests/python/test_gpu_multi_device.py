@@ -1,9 +1,14 @@
-"""GPU: calls on tensors of a GPU other than the current one (a model split over GPUs in one
-process, as accelerate's device_map does). The library works on the CUDA runtime's current
-device, so the package must switch to the tensors' device for each call; before it did, the
-decode path launched on the current device's stream with the other device's pointers. Each
-result must equal, bit for bit, the same call made with the tensors' device current, and the
-current device must be left as it was. The stream handle's fast query is checked on one GPU.
+"""GPU: calls on memory the current device's kernels cannot use as it is.
+
+- Tensors of a GPU other than the current one (a model split over GPUs in one process, as
+  accelerate's device_map does): the library works on the CUDA runtime's current device, so the
+  package switches to the tensors' device for each call (before, the decode path launched on
+  the current device with the other device's pointers). Each result must equal, bit for bit,
+  the same call made with the tensors' device current, and the current device must be left as
+  it was.
+- The C entry points called directly with such memory, or with pageable host memory: a status
+  naming the argument, never a launch that faults.
+- The package's stream handle and device scope helpers, on one GPU.
 Skipped without a CUDA device or a CUDA build; the two-device tests without a second device."""
 
 from __future__ import annotations
@@ -181,3 +186,44 @@ def test_capture_on_another_device(device_zero):
     torch.cuda.synchronize(other)
     assert torch.cuda.current_device() == 0
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
+def _forward_c_call(q, k, v, stream):
+    """fold_fwd_cuda called directly (q may be host memory); returns (status, message)."""
+    from fold_attention import _lib
+    from fold_attention._bind import fold_tensor, float_ptr, make_problem
+    from fold_attention._validate import validate_attention
+
+    dev = k.device
+    spec = validate_attention(q.to(dev), k, v, fn="test", varlen=False, causal=True)
+    out = torch.empty(q.shape, dtype=q.dtype, device=dev)
+    lse = torch.empty(q.shape[2], q.shape[0] * q.shape[1], device=dev)
+    args = [fold_tensor(x, False) for x in (q, k, v, out)] + [float_ptr(lse)]
+    status = _lib.library().fold_fwd_cuda(make_problem(spec, host=False), *args, stream)
+    torch.cuda.synchronize(dev)
+    return status, _lib.last_error(), out
+
+
+def test_c_entry_refuses_pageable_host_memory():
+    from fold_attention._device import stream_handle
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 128, 4, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+    k, v = k.cuda(), v.cuda()
+    status, message, _ = _forward_c_call(q, k, v, stream_handle(k.device))
+    assert status != 0 and "q is not device memory" in message
+    # The refusal queued nothing: the next call runs.
+    assert torch.isfinite(fa.fold_attn_func(q.cuda(), k, v, causal=True).float()).all()
+
+
+@two_devices
+def test_c_entry_refuses_another_devices_memory_and_stream():
+    from fold_attention._device import stream_handle
+
+    torch.cuda.set_device(0)
+    q, k, v = (torch.randn(1, 128, 4, 64, device="cuda:1", dtype=torch.bfloat16) for _ in range(3))
+    side = torch.cuda.Stream("cuda:1")
+    status, message, _ = _forward_c_call(q, k, v, side.cuda_stream)
+    assert status != 0 and "stream belongs to device 1 but the current device is 0" in message
+    status, message, _ = _forward_c_call(q, k, v, stream_handle(torch.device("cuda", 0)))
+    assert status != 0 and "q is memory of device 1 but the current device is 0" in message
