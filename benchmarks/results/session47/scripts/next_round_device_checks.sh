@@ -10,7 +10,7 @@
 # MAINLIB: main's library name in .ab (e.g. the build of main this session leaves).
 set -u
 cd "$(dirname "$0")/../../../.."
-M=${1:?name of main's library in .ab}
+M=${1:?the name of the main library in .ab}
 source notes/prepared/round_common.sh c47e "$M"
 E=$(L c47e) B=$(L "$M")
 nvidia-smi --query-gpu=index,name --format=csv >> "$OUT/summary.txt"
