@@ -144,8 +144,8 @@ if not training_only:
     fa.fold_attn_with_kvcache(qn, cache, window_size=(699, 0),
                               sinks=torch.tensor([4.0, float("-inf")], device=dev))
     print("decode guard, window 700 + sinks", cache.stats())
-# Sliding windows and sinks (decode.cu's WIN / EXT instances: the front's window sample, the plain
-# split from the window's chunk, the combines from its split, the sinks): windows across split and
+# Sliding windows and sinks (decode.cu's WIN / EXT instances: the front's window sample, the dense
+# ring (bf16 / fp16 V) or the plain split from the window's chunk, the combines from its split, the sinks): windows across split and
 # page edges, inside the first split and of one key, ragged requests with appends, dense and
 # screened, v8 on and off, D 64 / 128 / 256.
 for dtype, v8, d, hkv, g, depth in () if training_only else ((torch.bfloat16, False, 128, 2, 4, 16.0),

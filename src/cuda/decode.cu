@@ -2093,7 +2093,13 @@ inline bool split_ring_supported(const DecodeCache &c, const fold_decode_params_
 // indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
-template <int NP, int RBM, bool F16, int ST, bool V8 = false>
+// WIN (bf16 / fp16 V; a step whose sliding window `window` = window_before can hide a key): each
+// request's items start at the split of its window's first key F = window_first(L, window) (the
+// splits before it add nothing: the combine starts there too); that split's item starts at F's
+// chunk, whose keys before F are absent like the keys past a split's end (never read: zero
+// weights, their value rows zeroed; not counted). Instances of their own: steps without a window
+// keep their machine code.
+template <int NP, int RBM, bool F16, int ST, bool V8 = false, bool WIN = false>
 __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     decode_split_ring_kernel(const __grid_constant__ CUtensorMap vmap,
                              const __grid_constant__ CUtensorMap vbmap,
@@ -2102,7 +2108,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
                              const __grid_constant__ CUtensorMap smap, const DecodeCache c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
                              int64_t *stats, const int full_path, const int32_t *lengths,
-                             const int early) {
+                             const int early, const int window) {
   // OVERLAP (early != 0: the front triggered its dependents at its start, so this grid may run
   // beside it): before its wait the kernel reads only what the step's front does not write (the
   // requests' lengths from `lengths`: the append's new lengths when the step appends, which the
@@ -2114,6 +2120,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   if (early == 0) pdl_wait();
   using namespace hopper;
   static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
+  static_assert(!WIN || !V8, "a windowed v8 step runs the plain split (the reference's orders)");
   constexpr int D = 64 * NP;
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
   constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys
@@ -2157,9 +2164,10 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   // An item's split, KV head, request and key range [s0, s1). One block per item: item x of the
   // capacity's grid (empty when s0 >= the length: pass 0 only, pass 1 runs the plain split).
   // Fetching: item x of the fetched numbering (never empty; after the block's s_first is set).
+  // WIN: the item's first visible key lo (F in F's split; else s0) and s0 the chunk holding it.
   struct Item {
     int s, hk, b;
-    int32_t s0, s1;
+    int32_t s0, s1, lo;
   };
   const auto item_at = [&](int it) {
     Item x;
@@ -2178,6 +2186,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       x.b = lo;
       x.hk = r / n;
       x.s = r - x.hk * n;
+      if (WIN) x.s += window_first(lengths[lo], window) / kSplitKeys;  // (from F's split)
     } else {
       x.s = it % ws.splits;
       const int gh = it / ws.splits;
@@ -2187,6 +2196,12 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     const int32_t L = lengths[x.b];
     x.s0 = x.s * kSplitKeys;
     x.s1 = min(L, x.s0 + kSplitKeys);
+    x.lo = x.s0;
+    if (WIN) {  // (a split wholly before F: s0 >= s1, an empty item; s1 is a multiple of 64 there)
+      const int32_t F = window_first(L, window);
+      x.lo = max(x.s0, F);
+      x.s0 = max(x.s0, F & ~(kChunk - 1));
+    }
     return x;
   };
 
@@ -2212,7 +2227,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // (the lengths' loads in parallel), then scanned in place by warp 0, 32 requests per round.
     for (int b = tid; b < c.batch; b += kRingThreads) {
       const int32_t L = lengths[b];
-      s_first[b + 1] = L > 0 ? (L + kSplitKeys - 1) / kSplitKeys * c.n_kv_heads : 0;
+      const int from = WIN && L > 0 ? window_first(L, window) / kSplitKeys : 0;
+      s_first[b + 1] = L > 0 ? ((L + kSplitKeys - 1) / kSplitKeys - from) * c.n_kv_heads : 0;
     }
     __syncthreads();
     if (warp == 0) {
@@ -2344,17 +2360,18 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     mbar_wait(&full[gci % ST], (gci / ST) & 1u);
     const int it = atomicAdd(&s_hdr[gci % ST], 0);
     if (it < 0) break;  // (every consumer thread reads -1 here: the producer's last stage)
-    int32_t s0, s1;
+    int32_t s0, s1, lo;
     {
       const Item cur = item_at(it);  // (not empty: the producer sends only items with keys)
       s0 = cur.s0;
       s1 = cur.s1;
+      lo = cur.lo;
       const int64_t row0 = static_cast<int64_t>(cur.b) * H + cur.hk * G;
       if (tid == 0) {
         s_item[0] = cur.s;
         s_item[1] = cur.hk;
         s_item[2] = cur.b;
-        s_item[3] = s1 - s0;
+        s_item[3] = s1 - lo;
       }
       // As decode_split_kernel: q planes as MMA A fragments, per-row values, zeroed row sums.
       load_q_fragments<NP>(qfrag, ws, row0, G, nrb, tid);
@@ -2379,11 +2396,12 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
     // chunk is what the ring waits on besides its stages). The same operations on the same
     // operands in both: the same bits. FOLD_DECODE_RING_FULL=0 (full_path 0) runs every chunk
     // through the general form, for A/B runs.
-    const auto chunk = [&](auto full_tag, const int st, const int nk) {
+    // WIN: nlo, the chunk's keys before the window (absent, as those from nk on).
+    const auto chunk = [&](auto full_tag, const int st, const int nk, const int nlo) {
       constexpr bool FULL = decltype(full_tag)::value;
       unsigned char *sv = ring + st * SB, *sa = sv + 128 * D, *sb = sa + 64 * D;
       const uint16_t *ssc = reinterpret_cast<const uint16_t *>(sb + 64 * D);
-      const bool present = FULL || kq < nk;
+      const bool present = FULL || (kq < nk && (!WIN || kq >= nlo));
       if (!FULL) {
         // The split's last, partial chunk: the value rows up to the next 16 keys are zeroed (their
         // weights are zero too; page rows past the length may hold any bits, and 0 x NaN is NaN;
@@ -2396,6 +2414,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
           reinterpret_cast<uint4 *>(sv + (pn * 64 + nk) * 16 * kPieces)[x] =
               make_uint4(0u, 0u, 0u, 0u);
         }
+        if (WIN)  // (the window's first chunk: the rows before F, which may hold any bits)
+          for (int e = tid; e < kPanels * nlo * kPieces; e += kThreads) {
+            const int pn = e / (nlo * kPieces), x = e % (nlo * kPieces);
+            reinterpret_cast<uint4 *>(sv + pn * 64 * 16 * kPieces)[x] = make_uint4(0u, 0u, 0u, 0u);
+          }
         // These generic writes precede the producer's next TMA into the stage (the next item's).
         fence_proxy_async();
       }
@@ -2414,8 +2437,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       const bool any_present = FULL || __any_sync(0xffffffffu, present);
       bool mpres[2];
 #pragma unroll
-      for (int j = 0; j < 2; ++j) mpres[j] = FULL || 8 * warp + 2 * mt + j < nk;
-        // (RBM <= 2: a loop of constant trip count, unrolled, so that tsum / tlsum stay registers.)
+      for (int j = 0; j < 2; ++j) {
+        const int key = 8 * warp + 2 * mt + j;
+        mpres[j] = FULL || (key < nk && (!WIN || key >= nlo));
+      }
+      // (RBM <= 2: a loop of constant trip count, unrolled, so that tsum / tlsum stay registers.)
 #pragma unroll(RBM <= 2 ? RBM : 1)
       for (int rb = 0; rb < (RBM <= 2 ? RBM : nrb); ++rb) {  // (RBM 1: nrb is 1)
         if (RBM == 2 && rb >= nrb) break;                    // (uniform)
@@ -2487,10 +2513,11 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       const int st = static_cast<int>(gci % ST);
       const int nk = min(kChunk, s1 - j0);
       mbar_wait(&full[st], (gci / ST) & 1u);
-      if (full_path != 0 && nk == kChunk)
-        chunk(std::true_type{}, st, nk);
+      const int nlo = WIN ? max(0, lo - j0) : 0;
+      if (full_path != 0 && nk == kChunk && nlo == 0)
+        chunk(std::true_type{}, st, nk, 0);
       else
-        chunk(std::false_type{}, st, nk);
+        chunk(std::false_type{}, st, nk, nlo);
     }
     if (RBM <= 2 && mt == 0) {
       if (mg < G) {
@@ -3339,15 +3366,15 @@ namespace {
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
                             const CUtensorMap, const CUtensorMap, const DecodeCache,
                             const fold_decode_params_t, const Ws, const int, int64_t *, const int,
-                            const int32_t *, const int);
-template <int NP, bool F16, bool V8 = false>
+                            const int32_t *, const int, const int);
+template <int NP, bool F16, bool V8 = false, bool WIN = false>
 RingKernel ring_kernel_rb(int nrb, int stages) {
   if (nrb <= 1)
-    return stages == 4 ? decode_split_ring_kernel<NP, 1, F16, 4, V8>
-                       : decode_split_ring_kernel<NP, 1, F16, 2, V8>;
-  return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2, V8>
-         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2, V8>
-                    : decode_split_ring_kernel<NP, 8, F16, 2, V8>;
+    return stages == 4 ? decode_split_ring_kernel<NP, 1, F16, 4, V8, WIN>
+                       : decode_split_ring_kernel<NP, 1, F16, 2, V8, WIN>;
+  return nrb <= 2   ? decode_split_ring_kernel<NP, 2, F16, 2, V8, WIN>
+         : nrb <= 4 ? decode_split_ring_kernel<NP, 4, F16, 2, V8, WIN>
+                    : decode_split_ring_kernel<NP, 8, F16, 2, V8, WIN>;
 }
 // The ring's stages at G <= 8 (one row block): 4 at D 64, 2 at D 128; more groups 2.
 // FOLD_DECODE_RING_STAGES = 2 / 4 overrides at G <= 8 (A/B runs). Graphed and interleaved on the
@@ -3377,8 +3404,15 @@ int64_t fetch_resident(RingKernel kernel, size_t smem, int batch) {
   const int r = resident_blocks(k, kRingThreads, with_table);
   return r == resident_blocks(k, kRingThreads, smem) ? static_cast<int64_t>(r) * sm_count() : 0;
 }
-RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8) {
+RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8, bool win) {
   const int nrb = (G + 7) / 8;
+  if (win) {  // (bf16 / fp16 V only: split_ring_supported)
+    if (D == 64)
+      return f16 ? ring_kernel_rb<1, true, false, true>(nrb, stages)
+                 : ring_kernel_rb<1, false, false, true>(nrb, stages);
+    return f16 ? ring_kernel_rb<2, true, false, true>(nrb, stages)
+               : ring_kernel_rb<2, false, false, true>(nrb, stages);
+  }
   // v8: bf16 weight operands whatever the queries' type (the bf16 guard window).
   if (v8)
     return D == 64 ? ring_kernel_rb<1, false, true>(nrb, stages)
@@ -3438,8 +3472,9 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // the plain step) and sinks run their own instances (WIN / EXT), chosen from these arguments
   // only, never from the lengths or the batch, so that a request's bits are the same alone and in
   // any batch; a step with neither runs exactly the kernels it ran before them. A windowed step:
-  // the front's WIN forms (SMALL or not), the plain split for pass 0 (split_item's WIN; the rings,
-  // split2 and the screen ring do not take a window yet: performance, not values), the EXT
+  // the front's WIN forms (SMALL or not), for pass 0 the dense ring's WIN instances (bf16 / fp16
+  // V) or else the plain split (split_item's WIN; v8's dense steps keep its reference orders there,
+  // and split2 and the screen ring do not take a window yet: performance, not values), the EXT
   // combines and pass 1. Sinks alone: the same front and pass-0 split as without them, the EXT
   // combines and pass 1 (sinks act in the combine only).
   const bool win = p.window_before > 0 && p.window_before < c.max_len;
@@ -3521,7 +3556,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
                                          : decode_front_kernel<8, false, false, T, true>);
   }
   const bool pdl = env_on("FOLD_DECODE_PDL");
-  const bool ring = !win && split_ring_supported(c, p);
+  const bool ring = split_ring_supported(c, p) && (!win || c.v8 == 0);
   const bool screen = !win && !ring && split_screen_supported(c, p);
   // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
   // follows the cache's capacity (max_len), not the lengths, which the host does not read.
@@ -3596,12 +3631,13 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     // form measured at every batch before 4 stages (without it a large batch would run one block
     // per item: 6% slower at D 64 in section 27; 4 stages were measured at B1 and B32 only).
     // Scheduling only: no value depends on it.
-    if (fetch_resident(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4, c.v8 != 0),
+    if (fetch_resident(ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, 4, c.v8 != 0, win),
                        split_ring_smem_bytes(G, c.head_dim, 4), c.batch) == 0)
       stages = 2;
   }
   const size_t smem_ring = ring ? split_ring_smem_bytes(G, c.head_dim, stages) : 0;
-  const auto split_ring = ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages, c.v8 != 0);
+  const auto split_ring =
+      ring_kernel(c.head_dim, G, c.dtype == FOLD_DTYPE_F16, stages, c.v8 != 0, win);
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
@@ -3700,7 +3736,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
              blocks < items ? smem_fetch : smem_ring, stream, pdl,
              "decode_split_ring_kernel launch", vmap, vbmap, amap, bmap, smap, c, p, ws, 0, stats,
-             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early);
+             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early, p.window_before);
   } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);

@@ -1,11 +1,11 @@
 """GPU: sliding windows and attention sinks in the CUDA decode step, against the CPU reference.
 
-A windowed step (window_before in (0, max_len)) runs the front's WIN forms, the plain split
-kernel with its window (split_item's WIN: the rings, split2 and the screen ring do not take a
-window yet) and the EXT combines; sinks act in the combines only (decode.cu). So a windowed step
-matches the CPU reference bit for bit where the plain split keeps the reference's orders (v8
-caches: the fma value product) and within one output rounding elsewhere (bf16 / fp16 V: the value
-product on the tensor cores); a step with sinks alone keeps the plain step's path
+A windowed step (window_before in (0, max_len)) runs the front's WIN forms, for a dense step with
+bf16 / fp16 V the dense ring's WIN instances, else the plain split kernel with its window
+(split_item's WIN: split2 and the screen ring do not take a window yet) and the EXT combines;
+sinks act in the combines only (decode.cu). So a windowed step matches the CPU reference bit for
+bit where the plain split keeps the reference's orders (v8 caches: the fma value product) and
+within one output rounding elsewhere (bf16 / fp16 V: the value product on the tensor cores); a step with sinks alone keeps the plain step's path
 (decode_helpers.tensor_core_path). Verdict statistics (keys, live, refined, bytes, fix-up rows)
 are equal in every case. Also: -inf sinks give the plain step's bits, a request's bits alone =
 in a ragged batch, CUDA-graph replays = eager steps, and keys before the window are never read
@@ -305,3 +305,36 @@ def test_bad_sinks_are_named_on_cuda():
             fa.fold_attn_with_kvcache(q.to(CUDA), cache, k[:, 0].to(CUDA), v[:, 0].to(CUDA),
                                       sinks=sinks)
         assert cache.lengths.tolist() == [20]  # nothing appended
+
+
+@pytest.mark.parametrize("blocks", ["1", "3"])
+@pytest.mark.parametrize("dtype,D,Hkv,G", [
+    (torch.bfloat16, 128, 2, 4),
+    (torch.float16, 64, 1, 8),
+    (torch.bfloat16, 64, 2, 3),
+    (torch.bfloat16, 128, 1, 16),
+])
+def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypatch):
+    # Windowed dense steps with bf16 / fp16 V run the dense ring's WIN instances (each request's
+    # items from its window's first split, that split from F's chunk). Its blocks fetch items
+    # (FOLD_DECODE_RING_BLOCKS=N: at most N blocks, each taking items from the window's splits of
+    # every request in turn) or take one item each (=0): output, LSE and statistics bit for bit,
+    # for every window of WINDOWS, with and without sinks; the read statistics also those of the
+    # plain split's windowed step (FOLD_DECODE_RING=0). (The CPU comparisons above check values.)
+    B = len(LENGTHS)
+    q, k, v = synth(B, Hkv, G, D, 2600, seed=71 + D + G, dtype=dtype)
+    cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2700, depth=None, dtype=dtype, device=CUDA, page_size=64)
+    fill_requests((cache,), k, v, LENGTHS, chunks=2)
+    sinks = torch.randn(Hkv * G) * 2
+    for window in WINDOWS:
+        for s in (None, sinks):
+            runs = []
+            for ring, blk in (("1", "0"), ("1", blocks), ("0", "0")):
+                monkeypatch.setenv("FOLD_DECODE_RING", ring)
+                monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blk)
+                runs.append(_step(cache, q, window=window, sinks=s))
+            (o0, l0, s0), (o1, l1, s1), (op, _, sp) = runs
+            assert torch.equal(bits16(o0), bits16(o1)), (window, blocks)
+            assert torch.equal(l0.view(torch.int32), l1.view(torch.int32)), (window, blocks)
+            assert s0 == s1 == sp, (s0, s1, sp)
+            assert torch.isfinite(op).all() and torch.isfinite(o0).all()
