@@ -3472,9 +3472,9 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // the plain step) and sinks run their own instances (WIN / EXT), chosen from these arguments
   // only, never from the lengths or the batch, so that a request's bits are the same alone and in
   // any batch; a step with neither runs exactly the kernels it ran before them. A windowed step:
-  // the front's WIN forms (SMALL or not), for pass 0 the dense ring's WIN instances (bf16 / fp16
-  // V) or else the plain split (split_item's WIN; v8's dense steps keep its reference orders there,
-  // and split2 and the screen ring do not take a window yet: performance, not values), the EXT
+  // the front's WIN forms (SMALL or not), for pass 0 with bf16 / fp16 V the WIN instances of the
+  // dense ring (dense) or split2 (screened, where it runs), else the plain split (split_item's
+  // WIN; v8 keeps its reference orders there; the opt-in screen ring takes no window), the EXT
   // combines and pass 1. Sinks alone: the same front and pass-0 split as without them, the EXT
   // combines and pass 1 (sinks act in the combine only).
   const bool win = p.window_before > 0 && p.window_before < c.max_len;
@@ -3558,10 +3558,19 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   const bool pdl = env_on("FOLD_DECODE_PDL");
   const bool ring = split_ring_supported(c, p) && (!win || c.v8 == 0);
   const bool screen = !win && !ring && split_screen_supported(c, p);
+  // A windowed step's pass-0 split grid: only the splits a window of w keys can touch, at most
+  // (w - 1) / kSplitKeys + 2 of them (the plain split and split2 count them from the window's
+  // first split), not the capacity's: a narrow window at a large batch otherwise launched
+  // thousands of blocks that return at once. Scheduling only: each split computes what it did.
+  const unsigned win_splits =
+      win ? static_cast<unsigned>(std::min<int64_t>(
+                w.splits, (static_cast<int64_t>(p.window_before) - 1) / kSplitKeys + 2))
+          : static_cast<unsigned>(w.splits);
   // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
   // follows the cache's capacity (max_len), not the lengths, which the host does not read.
-  const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(w.splits) * groups, sm_count());
-  const bool split2 = !win && !ring && !screen && plan2.on;
+  // Windowed steps with bf16 / fp16 V take its WIN instances (v8's keep the plain split).
+  const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(win_splits) * groups, sm_count());
+  const bool split2 = (!win || c.v8 == 0) && !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
   // (decode_split_ring_kernel, split2_item). FOLD_DECODE_OVERLAP=0 (read per call) turns it off,
@@ -3614,15 +3623,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   set_max_dynamic_smem(reinterpret_cast<const void *>(combine1), static_cast<int>(combine_smem),
                        "decode_combine_kernel");
   const dim3 split_grid(w.splits, c.n_kv_heads, c.batch);
-  // A windowed step's plain split: only the splits a window of w keys can touch, at most
-  // (w - 1) / kSplitKeys + 2 of them (decode_split_kernel counts them from the window's first
-  // split), not the capacity's: a narrow window at a large batch otherwise launched thousands of
-  // blocks that return at once. Scheduling only: each split computes what it did.
-  const dim3 win_grid(
-      win ? static_cast<unsigned>(std::min<int64_t>(
-                w.splits, (static_cast<int64_t>(p.window_before) - 1) / kSplitKeys + 2))
-          : w.splits,
-      c.n_kv_heads, c.batch);
+  const dim3 win_grid(win_splits, c.n_kv_heads, c.batch);  // (the window's splits: above)
   bool stages_forced = false;
   int stages = ring_stages(c.head_dim, G, stages_forced);
   if (ring && stages == 4 && !stages_forced) {
@@ -3643,7 +3644,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
                          "decode_split_ring_kernel");
   const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
   const Split2Kernel split2_k =
-      split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16, c.v8 != 0) : nullptr;
+      split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16, c.v8 != 0, win)
+             : nullptr;
   if (split2)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split2_k), static_cast<int>(smem2),
                          "decode_split2_kernel");
@@ -3741,7 +3743,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)
-    launch_k(split2_k, split_grid, dim3(kThreads), smem2, stream, pdl,
+    launch_k(split2_k, win_grid, dim3(kThreads), smem2, stream, pdl,
              "decode_split2_kernel launch", c, p, ws, stats, lengths);
   else
     launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,

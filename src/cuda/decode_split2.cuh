@@ -209,7 +209,12 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
 // with a v-refine verdict (split_item's rule: a coarse logit >= Z - v_refine_band for some row of
 // the group), the value product on the tensor cores (pv_mma_chunk_acc_at's V8 form), N times
 // 2^v_exp at the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
-template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false>
+// WIN (bf16 / fp16 V; a step whose sliding window p.window_before can hide a key), as
+// split_item's WIN: the split sees keys [F, L) only, F = window_first(L, w); a split wholly
+// before F adds nothing (the launcher's grid starts at F's split); the split holding F starts at
+// F's 64-key half, whose keys before F are absent like the keys past the split's end (never
+// live nor cut, not counted; their value rows zeroed like any row without a live key).
+template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false, bool WIN = false>
 __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
@@ -224,8 +229,10 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // the lengths (`lengths`: the append's new lengths when the step appends), the page table, the
   // cache's rows. The front's output (q planes, sq, Z) after it.
   const int32_t L = lengths[b];
-  const int32_t s0 = s * kSplitKeys;
-  if (s0 >= L) {
+  const int32_t sb = s * kSplitKeys;  // the split's first key
+  // WIN: the window's first key (0: none).
+  const int32_t F = WIN ? window_first(L, p.window_before) : 0;
+  if (sb >= L || (WIN && sb + kSplitKeys <= F)) {
     // A split without keys waits too: if no block of the grid waited (every request empty), the
     // grid could end before the front, and the kernels after it (which wait only for this one)
     // would run beside the front's resets.
@@ -233,7 +240,11 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     return;
   }
   if (pass == 1 && ws.flag[static_cast<int64_t>(b) * c.n_kv_heads + hk] == 0) return;
-  const int32_t s1 = min(L, s0 + kSplitKeys);
+  const int32_t s1 = min(L, sb + kSplitKeys);
+  // The first key the split sees (lo), and s0 the first key of the half that holds it: the
+  // halves, steps and pages below count from s0 (WIN: F's half in F's split; else the split's).
+  const int32_t lo = WIN ? max(sb, F) : sb;
+  const int32_t s0 = WIN ? max(sb, F & ~(kChunk - 1)) : sb;
   const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
   const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = tid >> 2, u = tid & 3;  // screen layout: key kq of each half, quarter u
@@ -446,6 +457,8 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
+    // WIN: the keys of half 0 of the first step before lo (lo - s0 < 64: only there).
+    const int klo0 = WIN && si == 0 ? lo - s0 : 0;
     // Slot sl: half hh(sl) (WIDE: sl; else the lane's half after the exchange), keys kl0(sl),
     // kl0(sl) + 1 of the step.
     const auto hh = [&](int sl) { return WIDE ? sl : hs; };
@@ -457,7 +470,8 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       const int nk_mine = hh(sl) == 0 ? nkh0 : nkh1;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        mpres[sl][j] = 8 * warp + 2 * mt + j < nk_mine;
+        const int key = 8 * warp + 2 * mt + j;
+        mpres[sl][j] = key < nk_mine && (!WIN || hh(sl) != 0 || key >= klo0);
         skj[sl][j] = nk_mine > 0 ? bf16_bits_to_float(s_scale[j0 - s0 + kl0(sl) + j]) : 0.0f;
       }
     }
@@ -515,7 +529,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       const int src = WIDE ? __shfl_sync(0xffffffffu, vbits[WIDE ? h : 0], lane >> 3)
                            : __shfl_sync(0xffffffffu, vbits[0], 16 * h + (lane >> 3));
       const int mine = src >> (3 * ((lane >> 2) & 1));
-      present[h] = kq < (h == 0 ? nkh0 : nkh1);
+      present[h] = kq < (h == 0 ? nkh0 : nkh1) && (!WIN || h != 0 || kq >= klo0);
       live[h] = (mine & 1) != 0 && present[h];
       refine[h] = (mine & 2) != 0 && live[h];
       vref[h] = V8 && (mine & 4) != 0 && live[h];
@@ -802,13 +816,13 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     ws.part_tl[(row0_end + g) * ws.splits + s] = add_rn(tlse[g], ct);
   }
   if (tid == 0) {
-    // Keys: every key of [s0, s1) is present in exactly one (step, half, kq). Live and refined:
+    // Keys: every key of [lo, s1) is present in exactly one (step, half, kq). Live and refined:
     // the threads' counts over four (each key counted by its four lanes).
     uint32_t sum = 0u, sum_v = 0u;
     for (int wi = 0; wi < kThreads / 32; ++wi) sum += s_wcount[wi];
     if constexpr (V8)
       for (int wi = 0; wi < kThreads / 32; ++wi) sum_v += s_vcount[wi];
-    const int64_t n[4] = {s1 - s0, (sum & 0xffffu) >> 2, sum >> 18, sum_v >> 2};
+    const int64_t n[4] = {s1 - lo, (sum & 0xffffu) >> 2, sum >> 18, sum_v >> 2};
     // (V8: plane A of V per live key, plane B per v-refined key, as split_item counts them.)
     const int64_t bytes = n[0] * (D + 2) + n[1] * (V8 ? D : 2 * D) + n[2] * D + n[3] * D +
                           static_cast<int64_t>(n_pages) * 4 * D;
@@ -820,14 +834,18 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
 // blocks per SM (split2_plan and the launcher: the two halves' plane registers and the next
 // step's need 106 / 120 at D 64 / 128 unbounded; D 64 fits 80 without spills, D 128 only with
 // plane A in shared memory, SA).
+// WIN: the grid covers the splits a window can touch (launch_decode), counted from the split of
+// the request's first window key.
 template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1,
-          bool V8 = false>
+          bool V8 = false, bool WIN = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats, const int32_t *lengths) {
+  int s = static_cast<int>(blockIdx.x);
+  if constexpr (WIN) s += window_first(lengths[blockIdx.z], p.window_before) / kSplitKeys;
   // (split2_item waits for the front once its first loads are in flight.)
-  split2_item<NP, SA, WIDE, RB, F16, V8>(c, p, ws, 0, stats, blockIdx.x, blockIdx.y, blockIdx.z,
-                                         lengths);
+  split2_item<NP, SA, WIDE, RB, F16, V8, WIN>(c, p, ws, 0, stats, s, blockIdx.y, blockIdx.z,
+                                              lengths);
   pdl_trigger();
 }
 
@@ -841,35 +859,40 @@ using Split2Kernel = void (*)(const DecodeCache, const fold_decode_params_t, con
 // registers; SA where the plan's `four` picks it) or FOLD_DECODE_SPLIT2_OCC=4 (either form; the
 // v8 register form spills 16 bytes there). G 5-8: the wide form (no exchange); G 9-16:
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
-template <bool F16, bool V8 = false>
+template <bool F16, bool V8 = false, bool WIN = false>
 inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);
   if (G > 8)
-    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2, V8>
-                   : decode_split2_kernel<F16, 2, 2, false, true, 2, V8>;
+    return D == 64 ? decode_split2_kernel<F16, 1, 2, false, true, 2, V8, WIN>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 2, V8, WIN>;
   if (G > 4) {
     if (D == 64)
-      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true, 1, V8>
-                     : decode_split2_kernel<F16, 1, 2, false, true, 1, V8>;
-    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true, 1, V8>
-                   : decode_split2_kernel<F16, 2, 2, false, true, 1, V8>;
+      return plan.sa ? decode_split2_kernel<F16, 1, 3, true, true, 1, V8, WIN>
+                     : decode_split2_kernel<F16, 1, 2, false, true, 1, V8, WIN>;
+    return plan.sa ? decode_split2_kernel<F16, 2, 3, true, true, 1, V8, WIN>
+                   : decode_split2_kernel<F16, 2, 2, false, true, 1, V8, WIN>;
   }
   if (plan.sa)
-    return D == 64 ? (occ_n == 4 || plan.four ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8>
-                                              : decode_split2_kernel<F16, 1, 3, true, false, 1, V8>)
-                   : decode_split2_kernel<F16, 2, 3, true, false, 1, V8>;
+    return D == 64 ? (occ_n == 4 || plan.four ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8, WIN>
+                                              : decode_split2_kernel<F16, 1, 3, true, false, 1, V8, WIN>)
+                   : decode_split2_kernel<F16, 2, 3, true, false, 1, V8, WIN>;
   if (D == 64)
-    return occ_n == 4 ? decode_split2_kernel<F16, 1, 4, false, false, 1, V8>
-           : three    ? decode_split2_kernel<F16, 1, 3, false, false, 1, V8>
-                      : decode_split2_kernel<F16, 1, 2, false, false, 1, V8>;
-  return three ? decode_split2_kernel<F16, 2, 3, false, false, 1, V8>
-               : decode_split2_kernel<F16, 2, 2, false, false, 1, V8>;
+    return occ_n == 4 ? decode_split2_kernel<F16, 1, 4, false, false, 1, V8, WIN>
+           : three    ? decode_split2_kernel<F16, 1, 3, false, false, 1, V8, WIN>
+                      : decode_split2_kernel<F16, 1, 2, false, false, 1, V8, WIN>;
+  return three ? decode_split2_kernel<F16, 2, 3, false, false, 1, V8, WIN>
+               : decode_split2_kernel<F16, 2, 2, false, false, 1, V8, WIN>;
 }
 // The instance of a plan for the cache's value format: fp16 or bf16 planes, or v8's E4M3 planes
 // (bf16 weight operands), a template parameter.
-inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16, bool v8) {
+// win: a windowed step's WIN instances (bf16 / fp16 V only: a windowed v8 step runs split_item).
+inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16, bool v8,
+                                  bool win = false) {
+  if (win)
+    return f16 ? split2_kernel_dt<true, false, true>(plan, G, D)
+               : split2_kernel_dt<false, false, true>(plan, G, D);
   if (v8) return split2_kernel_dt<false, true>(plan, G, D);
   return f16 ? split2_kernel_dt<true>(plan, G, D) : split2_kernel_dt<false>(plan, G, D);
 }

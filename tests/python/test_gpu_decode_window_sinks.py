@@ -1,15 +1,15 @@
 """GPU: sliding windows and attention sinks in the CUDA decode step, against the CPU reference.
 
-A windowed step (window_before in (0, max_len)) runs the front's WIN forms, for a dense step with
-bf16 / fp16 V the dense ring's WIN instances, else the plain split kernel with its window
-(split_item's WIN: split2 and the screen ring do not take a window yet) and the EXT combines;
-sinks act in the combines only (decode.cu). So a windowed step matches the CPU reference bit for
+A windowed step (window_before in (0, max_len)) runs the front's WIN forms; with bf16 / fp16 V
+the WIN instances of the dense ring (dense steps) or of split2 (screened steps, where split2
+runs), else the plain split kernel with its window (split_item's WIN); and the EXT combines.
+Sinks act in the combines only (decode.cu). So a windowed step matches the CPU reference bit for
 bit where the plain split keeps the reference's orders (v8 caches: the fma value product) and
-within one output rounding elsewhere (bf16 / fp16 V: the value product on the tensor cores); a step with sinks alone keeps the plain step's path
-(decode_helpers.tensor_core_path). Verdict statistics (keys, live, refined, bytes, fix-up rows)
-are equal in every case. Also: -inf sinks give the plain step's bits, a request's bits alone =
-in a ragged batch, CUDA-graph replays = eager steps, and keys before the window are never read
-(scrambled, the bits stay). Skipped without a CUDA device or when the library was built without
+within one output rounding elsewhere (bf16 / fp16 V: the value product on the tensor cores); a
+step with sinks alone keeps the plain step's path (decode_helpers.tensor_core_path). Verdict
+statistics (keys, live, refined, bytes, fix-up rows) are equal in every case. Also: -inf sinks
+give the plain step's bits, a request's bits alone = in a ragged batch, CUDA-graph replays =
+eager steps, and keys before the window are never read (scrambled, the bits stay). Skipped without a CUDA device or when the library was built without
 CUDA; every test runs under a hard time limit.
 """
 
@@ -53,7 +53,8 @@ def _step(cache, q, k=None, v=None, window=None, sinks=None):
 
 def _exact(cache, window):
     """Whether the CUDA step keeps the reference's orders (bits) or sums N on the tensor cores
-    (one output rounding): a windowed step runs the plain split (exact for v8 caches only)."""
+    (one output rounding): a windowed step is exact for v8 caches only (the plain split's fma
+    value product; bf16 / fp16 V sum N on the tensor cores in every kernel)."""
     if window is not None and window < cache.max_len:
         return bool(cache.v8)
     return not tensor_core_path(cache.v8, cache.head_dim, cache.depth,
@@ -338,3 +339,40 @@ def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypat
             assert torch.equal(l0.view(torch.int32), l1.view(torch.int32)), (window, blocks)
             assert s0 == s1 == sp, (s0, s1, sp)
             assert torch.isfinite(op).all() and torch.isfinite(o0).all()
+
+
+@pytest.mark.parametrize("sa", ["0", "1"])
+@pytest.mark.parametrize("dtype,D,Hkv,G,page", [
+    (torch.bfloat16, 128, 2, 4, 128),
+    (torch.float16, 64, 1, 3, 64),
+    (torch.bfloat16, 64, 2, 1, 256),
+    (torch.bfloat16, 128, 2, 8, 64),
+    (torch.float16, 64, 1, 12, 128),
+])
+def test_window_split2_same_bits_as_the_plain_split(dtype, D, Hkv, G, page, sa, monkeypatch):
+    # Windowed screened steps with bf16 / fp16 V run split2's WIN instances (each split from F's
+    # split, that split from F's 64-key half, its keys before F absent). split2 keeps the plain
+    # split's arithmetic and orders (test_gpu_decode.py's test_decode_split2_same_bits), so a
+    # windowed step gives the plain split's windowed step (FOLD_DECODE_SPLIT2=0) bit for bit:
+    # output, LSE and read statistics, for every window of WINDOWS (across split, half and page
+    # edges), with and without sinks, plane A in registers or shared memory (SA; G 9-16 always
+    # registers), at depths 16 and 8.
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_G16", "1")
+    B = len(LENGTHS)
+    q, k, v = synth(B, Hkv, G, D, 2600, seed=83 + D + G, dtype=dtype)
+    sinks = torch.randn(Hkv * G) * 2
+    for depth in (16.0, 8.0):
+        cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2700, depth=depth, dtype=dtype, device=CUDA, page_size=page)
+        fill_requests((cache,), k, v, LENGTHS, chunks=2)
+        for window in WINDOWS:
+            for s in (None, sinks):
+                runs = []
+                for on in ("0", "1"):
+                    monkeypatch.setenv("FOLD_DECODE_SPLIT2", on)
+                    runs.append(_step(cache, q, window=window, sinks=s))
+                (o0, l0, s0), (o1, l1, s1) = runs
+                assert torch.equal(bits16(o0), bits16(o1)), (depth, window)
+                assert torch.equal(l0.view(torch.int32), l1.view(torch.int32)), (depth, window)
+                assert s0 == s1, (depth, window, s0, s1)
