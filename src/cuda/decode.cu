@@ -3743,8 +3743,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)
-    launch_k(split2_k, win_grid, dim3(kThreads), smem2, stream, pdl,
-             "decode_split2_kernel launch", c, p, ws, stats, lengths);
+    launch_k(split2_k, win_grid, dim3(kThreads), smem2, stream, pdl, "decode_split2_kernel launch",
+             c, p, ws, stats, lengths);
   else
     launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,
              ws, out, lse, 0, stats, 0);

@@ -875,8 +875,9 @@ inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
                    : decode_split2_kernel<F16, 2, 2, false, true, 1, V8, WIN>;
   }
   if (plan.sa)
-    return D == 64 ? (occ_n == 4 || plan.four ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8, WIN>
-                                              : decode_split2_kernel<F16, 1, 3, true, false, 1, V8, WIN>)
+    return D == 64 ? (occ_n == 4 || plan.four
+                          ? decode_split2_kernel<F16, 1, 4, true, false, 1, V8, WIN>
+                          : decode_split2_kernel<F16, 1, 3, true, false, 1, V8, WIN>)
                    : decode_split2_kernel<F16, 2, 3, true, false, 1, V8, WIN>;
   if (D == 64)
     return occ_n == 4 ? decode_split2_kernel<F16, 1, 4, false, false, 1, V8, WIN>
