@@ -3,8 +3,9 @@ and attention sinks against the plain step on the same cache, and torch SDPA ove
 keys (contiguous bf16 KV, the cuDNN / flash backends where they take the shapes). Per case and
 depth: microseconds per step of fold plain, fold windowed, fold windowed + sinks, SDPA over the
 window, and the window's keys per microsecond. Not the benchmark protocol: a quick look at what
-a windowed step costs (a dense windowed step with bf16 / fp16 V runs the dense ring, others the
-plain split kernel; FOLD_DECODE_RING=0 sends the dense ones to the plain split too).
+a windowed step costs (with bf16 / fp16 V a dense windowed step runs the dense ring and a
+screened one split2, v8 caches the plain split kernel; FOLD_DECODE_RING=0 / FOLD_DECODE_SPLIT2=0
+send them to the plain split too).
 
     python3 scripts/time_decode_window.py     (needs a GPU and a CUDA build)
     FOLD_DECODE_WINDOW_CASES="B,L,H,Hkv,D,W;..."   (default below: gpt-oss's 128-key window at
