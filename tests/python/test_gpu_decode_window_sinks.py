@@ -333,6 +333,7 @@ def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypat
             for ring, blk in (("1", "0"), ("1", blocks), ("0", "0")):
                 monkeypatch.setenv("FOLD_DECODE_RING", ring)
                 monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blk)
+                cache._workspace.fill_(0xFF)  # (NaN partials: a slot left unwritten shows)
                 runs.append(_step(cache, q, window=window, sinks=s))
             (o0, l0, s0), (o1, l1, s1), (op, _, sp) = runs
             assert torch.equal(bits16(o0), bits16(o1)), (window, blocks)
@@ -371,6 +372,10 @@ def test_window_split2_same_bits_as_the_plain_split(dtype, D, Hkv, G, page, sa, 
                 runs = []
                 for on in ("0", "1"):
                     monkeypatch.setenv("FOLD_DECODE_SPLIT2", on)
+                    # (The workspace is the cache's, reused by every step: NaN there, so that a
+                    # split partial the second arm did not write, or wrote to another slot, is
+                    # not the first arm's.)
+                    cache._workspace.fill_(0xFF)
                     runs.append(_step(cache, q, window=window, sinks=s))
                 (o0, l0, s0), (o1, l1, s1) = runs
                 assert torch.equal(bits16(o0), bits16(o1)), (depth, window)
