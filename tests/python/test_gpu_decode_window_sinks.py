@@ -51,6 +51,17 @@ def _step(cache, q, k=None, v=None, window=None, sinks=None):
     return out.cpu(), lse.cpu(), cache.stats()
 
 
+def _kernels(fn):
+    """The names of the CUDA kernels fn() launches (torch.profiler), after running it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    names = {ev.name for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA}
+    return out, names
+
+
 def _exact(cache, window):
     """Whether the CUDA step keeps the reference's orders (bits) or sums N on the tensor cores
     (one output rounding): a windowed step is exact for v8 caches only (the plain split's fma
@@ -334,7 +345,10 @@ def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypat
                 monkeypatch.setenv("FOLD_DECODE_RING", ring)
                 monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", blk)
                 cache._workspace.fill_(0xFF)  # (NaN partials: a slot left unwritten shows)
-                runs.append(_step(cache, q, window=window, sinks=s))
+                run, names = _kernels(lambda: _step(cache, q, window=window, sinks=s))
+                # (The arm's pass-0 kernel is the one the test means.)
+                assert any("decode_split_ring_kernel" in n for n in names) == (ring == "1"), names
+                runs.append(run)
             (o0, l0, s0), (o1, l1, s1), (op, _, sp) = runs
             assert torch.equal(bits16(o0), bits16(o1)), (window, blocks)
             assert torch.equal(l0.view(torch.int32), l1.view(torch.int32)), (window, blocks)
@@ -376,7 +390,10 @@ def test_window_split2_same_bits_as_the_plain_split(dtype, D, Hkv, G, page, sa, 
                     # split partial the second arm did not write, or wrote to another slot, is
                     # not the first arm's.)
                     cache._workspace.fill_(0xFF)
-                    runs.append(_step(cache, q, window=window, sinks=s))
+                    run, names = _kernels(lambda: _step(cache, q, window=window, sinks=s))
+                    # (The arm's pass-0 kernel is the one the test means.)
+                    assert any("decode_split2_kernel" in n for n in names) == (on == "1"), names
+                    runs.append(run)
                 (o0, l0, s0), (o1, l1, s1) = runs
                 assert torch.equal(bits16(o0), bits16(o1)), (depth, window)
                 assert torch.equal(l0.view(torch.int32), l1.view(torch.int32)), (depth, window)
