@@ -11,6 +11,7 @@ send them to the plain split too).
     FOLD_DECODE_WINDOW_CASES="B,L,H,Hkv,D,W;..."   (default below: gpt-oss's 128-key window at
                                                     D 64 H 64/8, Mistral's 4096 at D 128 H 32/8)
     --kernels: also each kernel's device time per windowed step (torch.profiler over eager steps)
+    --v8: caches with V in two E4M3 planes
 """
 import sys
 
@@ -50,7 +51,7 @@ def main():
         vw = v[:, -W:].transpose(1, 2).contiguous()
         qs = q.view(B, H, 1, D)
         for depth in (None, 16):
-            cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, device=dev)
+            cache = fa.FoldKVCache(B, H, Hkv, D, L, depth=depth, v8="--v8" in sys.argv, device=dev)
             for b in range(B):
                 cache.add_request()
                 cache.extend(b, k[b], v[b])
