@@ -42,22 +42,26 @@ void check_cuda_cache(const fold_kvcache_t *c) {
       fold::fail(FOLD_ERR_UNSUPPORTED, "cache value arrays must be 16-byte aligned on CUDA");
 }
 
-// The cache's arrays and the call's own device arguments (device_args.h).
+// The cache's arrays and the call's own device arguments (device_args.h), in one pass: the
+// stream and device queries once per call.
 void check_cache_device(const fold_kvcache_t &c, std::initializer_list<fold::cuda::DeviceArg> call,
                         void *stream) {
-  fold::cuda::check_device_args({{"cache->k_a", c.k_a},
-                                 {"cache->k_b", c.k_b},
-                                 {"cache->k_scale", c.k_scale},
-                                 {"cache->v", c.v},
-                                 {"cache->v_a", c.v_a},
-                                 {"cache->v_b", c.v_b},
-                                 {"cache->v_exp", c.v_exp},
-                                 {"cache->v_page_sum", c.v_page_sum},
-                                 {"cache->heavy_keys", c.heavy_keys},
-                                 {"cache->page_table", c.page_table},
-                                 {"cache->lengths", c.lengths}},
-                                stream);
-  fold::cuda::check_device_args(call, stream);
+  constexpr size_t kCache = 11, kCallMax = 8;
+  fold::cuda::DeviceArg args[kCache + kCallMax] = {{"cache->k_a", c.k_a},
+                                                   {"cache->k_b", c.k_b},
+                                                   {"cache->k_scale", c.k_scale},
+                                                   {"cache->v", c.v},
+                                                   {"cache->v_a", c.v_a},
+                                                   {"cache->v_b", c.v_b},
+                                                   {"cache->v_exp", c.v_exp},
+                                                   {"cache->v_page_sum", c.v_page_sum},
+                                                   {"cache->heavy_keys", c.heavy_keys},
+                                                   {"cache->page_table", c.page_table},
+                                                   {"cache->lengths", c.lengths}};
+  if (call.size() > kCallMax) fold::fail("internal: too many device arguments to check");
+  size_t n = kCache;
+  for (const fold::cuda::DeviceArg &a : call) args[n++] = a;
+  fold::cuda::check_device_args(args, n, stream);
 }
 
 }  // namespace

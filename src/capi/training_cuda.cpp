@@ -183,15 +183,16 @@ fold_status_t fold_bwd_preprocess_cuda(const fold_attn_problem_t *p, fold_tensor
                       fold::array_extent(
                           "bounds", bounds,
                           static_cast<int64_t>(p->batch) * p->n_kv_heads * FOLD_BWD_BOUNDS, 4)});
+    // (Without tokens only bounds is written: the others are not checked.)
+    const fold::cuda::DeviceArg args[] = {{"k", k.data},     {"v", v.data},
+                                          {"out", out.data}, {"dout", dout.data},
+                                          {"delta", delta},  {"cu_seqlens", p->cu_seqlens},
+                                          {"bounds", bounds}};
+    constexpr size_t kAll = sizeof(args) / sizeof(args[0]);
     if (p->total_tokens > 0)
-      fold::cuda::check_device_args({{"k", k.data},
-                                     {"v", v.data},
-                                     {"out", out.data},
-                                     {"dout", dout.data},
-                                     {"delta", delta},
-                                     {"cu_seqlens", p->cu_seqlens}},
-                                    stream);
-    fold::cuda::check_device_args({{"bounds", bounds}}, stream);
+      fold::cuda::check_device_args(args, kAll, stream);
+    else
+      fold::cuda::check_device_args(args + kAll - 1, 1, stream);
     fold::cuda::launch_bwd_preprocess(*p, k, v, out, dout, delta, bounds, nullptr, nullptr, stream);
   });
 }

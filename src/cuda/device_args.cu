@@ -32,7 +32,7 @@ class RelaxedCapture {
 
 }  // namespace
 
-void check_device_args(std::initializer_list<DeviceArg> args, void *stream) {
+void check_device_args(const DeviceArg *args, size_t n, void *stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   // A stream being captured refuses cudaStreamGetDevice (measured: the capture is then
   // invalidated), and a capture only records the launch an eager call already ran with the
@@ -53,7 +53,8 @@ void check_device_args(std::initializer_list<DeviceArg> args, void *stream) {
       fail("stream belongs to device " + std::to_string(owner) + " but the current device is " +
            std::to_string(device) + " (make the data's device current: cudaSetDevice)");
   }
-  for (const DeviceArg &arg : args) {
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceArg &arg = args[i];
     if (arg.ptr == nullptr) continue;
     cudaPointerAttributes attr{};
     if (const cudaError_t err = cudaPointerGetAttributes(&attr, arg.ptr); err != cudaSuccess)

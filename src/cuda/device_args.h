@@ -5,6 +5,7 @@
 // device would fail at the launch. Each is refused by name instead (FOLD_ERR_INVALID_ARGUMENT).
 #pragma once
 
+#include <cstddef>
 #include <initializer_list>
 
 namespace fold::cuda {
@@ -20,6 +21,9 @@ struct DeviceArg {
 // even where the device could read it (HMM, Grace Hopper's ATS): the entry points take device
 // pointers (fold_attention.h), and the kernels' tensor maps are not made for it. One runtime
 // query per pointer (cudaPointerGetAttributes).
-void check_device_args(std::initializer_list<DeviceArg> args, void *stream);
+void check_device_args(const DeviceArg *args, size_t n, void *stream);
+inline void check_device_args(std::initializer_list<DeviceArg> args, void *stream) {
+  check_device_args(args.begin(), args.size(), stream);
+}
 
 }  // namespace fold::cuda

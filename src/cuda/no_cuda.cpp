@@ -12,7 +12,7 @@ namespace {
 }  // namespace
 
 // (The entry points refuse a build without CUDA before they check their device arguments.)
-void check_device_args(std::initializer_list<DeviceArg>, void *) {}
+void check_device_args(const DeviceArg *, size_t, void *) {}
 
 void launch_bwd_preprocess(const fold_attn_problem_t &, fold_tensor_t, fold_tensor_t, fold_tensor_t,
                            fold_tensor_t, float *, float *, int32_t *, const float *, void *) {
