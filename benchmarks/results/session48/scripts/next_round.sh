@@ -4,7 +4,8 @@
 # commit file). The window tests' last two functions were changed after session 48's last device
 # call (the cache's workspace filled with NaN before every arm; each arm checks with
 # torch.profiler that it launched the kernel it means): they have not run on a GPU; then the
-# whole GPU suite, as the check that main is green on the device. s48v: branch wip/v8-window
+# whole GPU suite, as the check that main is green on the device (it also covers 5be5193, the C
+# device checks in one pass per call, made after the last device call). s48v: branch wip/v8-window
 # (`session48/patches/v8-window-ring-split2-prepared.patch` on main 3365ec7): windowed v8 steps
 # on the dense ring and split2 too; the window / sinks / pinned / chunk GPU files on it, then
 # windowed v8 steps timed against the plain split (FOLD_DECODE_RING=0 / FOLD_DECODE_SPLIT2=0
