@@ -152,7 +152,7 @@ __device__ __forceinline__ void split2_dots(const uint4 *qfrag, int rb, int lane
   }
 }
 
-// key_weight (decode.cu) with one exponential per (row, key). A live key's weight is
+// key_weight (decode_split_parts.cuh) with one exponential per (row, key). A live key's weight is
 // exp2_fp(sub_rn(ell, Z)), ell the fine logit when refined else s_A, and a cut key's mass is
 // exp2_fp(sub_rn(s_A, Z)): the same function of the same kind of operand, s_A where not refined
 // (refined keys are live). So one exp2 of the selected logit, then selects route it to the

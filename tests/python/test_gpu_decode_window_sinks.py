@@ -3,8 +3,8 @@
 A windowed step (window_before in (0, max_len)) runs the front's WIN forms; with bf16 / fp16 V
 the WIN instances of the dense ring (dense steps) or of split2 (screened steps, where split2
 runs), else the plain split kernel with its window (split_item's WIN); and the EXT combines.
-Sinks act in the combines only (decode.cu). So a windowed step matches the CPU reference bit for
-bit where the plain split keeps the reference's orders (v8 caches: the fma value product) and
+Sinks act in the combines only (decode_combine.cuh). So a windowed step matches the CPU reference
+bit for bit where the plain split keeps the reference's orders (v8 caches: the fma value product) and
 within one output rounding elsewhere (bf16 / fp16 V: the value product on the tensor cores); a
 step with sinks alone keeps the plain step's path (decode_helpers.tensor_core_path). Verdict
 statistics (keys, live, refined, bytes, fix-up rows) are equal in every case. Also: -inf sinks
