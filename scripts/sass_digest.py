@@ -9,8 +9,8 @@ leave every kernel's machine code as it was. Without a GPU that is the check tha
     python3 scripts/sass_digest.py --compare before.txt after.txt
 A digest covers each function's instructions and their encodings (addresses are within the
 function, so they compare too); the line table (-lineinfo) is not part of it. Internal-linkage
-names carry a hash of their file (`_INTERNAL_<hash>_<n>_decode_cu_<hash>`), folded to one name so
-that the comparison is by kernel.
+and anonymous-namespace names carry hashes of their file's path (`_INTERNAL_<hash>_<n>_decode_cu_
+<hash>`, `_GLOBAL__N__<hash>_...`), folded to one name so that builds in two folders compare.
 
 Needs cuobjdump: on PATH, under CUDA_HOME/bin, or from the nvidia-cuda-cuobjdump wheel
 (`pip install nvidia-cuda-cuobjdump`), which this script finds in site-packages.
@@ -25,7 +25,9 @@ import subprocess
 import sys
 import sysconfig
 
-_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+")
+# Internal-linkage and anonymous-namespace names carry hashes of their file's path, which differ
+# between build folders: folded to one name (with the length prefix of the mangled name).
+_INTERNAL = re.compile(r"\d*(_INTERNAL|_GLOBAL__N_)_[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}")
 _FUNCTION = re.compile(r"^\s*Function : (\S+)")
 
 
@@ -57,10 +59,10 @@ def digests(library):
     def close():
         if name is None:
             return
-        key = _INTERNAL.sub("_INTERNAL_", name)
+        key = _INTERNAL.sub(r"\1_", name)
         if key in out:
             sys.exit(f"sass_digest: two functions fold to one name: {key}")
-        body = "\n".join(_INTERNAL.sub("_INTERNAL_", ln) for ln in lines)
+        body = "\n".join(_INTERNAL.sub(r"\1_", ln) for ln in lines)
         count = sum(1 for ln in lines if re.match(r"\s*/\*[0-9a-f]{4,}\*/", ln))
         out[key] = (count, hashlib.sha256(body.encode()).hexdigest()[:16])
 
@@ -69,7 +71,9 @@ def digests(library):
         if m:
             close()
             name, lines = m.group(1), []
-        elif name is not None and line.strip() and not line.lstrip().startswith("....."):
+        elif name is not None and line.lstrip().startswith("/*"):
+            # Instruction lines and their encodings only: the dump's section headers between
+            # functions name the source file's path.
             lines.append(line.strip())
     close()
     return out

@@ -53,6 +53,7 @@
 #include "core/status.h"
 #include "core/tile_plan.h"
 #include "cuda/backward_sm90_epilogue.cuh"
+#include "cuda/backward_sm90_pair.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
 #include "cuda/backward_sm90_ws.cuh"
 #include "cuda/backward_window.cuh"
@@ -338,155 +339,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int r0 = 64 * sub;  // first row (tile-relative) of the sub-block
         // ---- 1. S^T = K_w Q^T, dP^T = V_w dO^T: [64 keys x 64 rows] per warpgroup.
         float s[32], dp[32];
-        {
-          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
-          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
-          hp::fence();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
-          }
-          hp::commit();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
-          }
-          hp::commit();
-          // S^T has landed (and the previous sub-block's step 3); dP^T's group may still run
-          // while P is computed.
-          hp::wait<1>();
-          hp::fence_operands(s);
-        }
+        bwd::pair_s_dp<D, T, kBm, kBn>(s, dp, k_desc_a, v_desc_a, q_addr, do_addr, r0);
 
         uint32_t pf[4][4], df[4][4];  // P^T and dS^T as A fragments (step 3)
-        // ---- 2. P^T and dS^T 2^t in place (s <- P, dp <- dS), masked where needed. Element
-        // s[4 j + 2 i + e] is (key key_l + 8 i, row r0 + 8 j + 2 tq + e).
-        {
-          const int len = r.len;
-          bool need_mask = k0 + 64 * wg + 64 > len || q0 + r0 + 64 > len ||
-                           (p.causal && k0 + 64 * wg + 63 > q0 + r0);
-          const int key_limit = static_cast<int>(len - k0);  // key_rel < key_limit
-          const int row_limit = static_cast<int>(len - q0);  // row_rel < row_limit
-          const int diag = static_cast<int>(q0 - k0);        // causal: key_rel - row_rel <= diag
-          // WIN: the visible diagonals (causal included), and whether they leave out a pair of
-          // this warpgroup's keys x the sub-block's rows (on either side: a window tile of the
-          // first query block is cut below, one of the last above, a narrow window's both).
-          bwd::DiagBand band{};
-          if constexpr (WIN) {
-            band = bwd::diag_band(p, q0, k0);
-            need_mask = need_mask || band.cuts(r0, r0 + 63, 64 * wg, 64 * wg + 63);
-          }
-          const auto finish = [&](auto masked) {
-            constexpr bool kMasked = decltype(masked)::value;
-            const auto valid = [&](int j, int i, int e) {
-              if constexpr (!kMasked) return true;
-              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
-              if constexpr (WIN)
-                return key < key_limit && row < row_limit && band.holds(key - row);
-              else
-                return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
-            };
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-                  // Clamped to 1 as in the CPU reference (grid_scale.h rests on P <= 1).
-                  s[idx] =
-                      valid(j, i, e) ? fminf(1.0f, fast_exp2(s[idx] * scale_log2 - lse2)) : 0.0f;
-                }
-            }
-            {
-              // ptxas otherwise sinks most of the P work past the wait below (it does not
-              // model the wait's latency). Shared-memory stores are not moved across the wait,
-              // so one word that depends on every packed P (their XOR) is stored in front of
-              // it: P is finished there and overlaps dP^T's wgmmas. (The word is never read;
-              // one 4-byte store per thread instead of the packed P's 64 bytes.) PINPF: the words
-              // are step 3's A fragments themselves, kept live through dS (D 64 206 registers,
-              // D 128 254: the sync kernel is only its fallback there); pin0 packs P again after
-              // the wait instead.
-              uint32_t fold = 0;
-              if constexpr (PINPF) {
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-                  for (int x = 0; x < 4; ++x) {
-                    pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
-                    fold ^= pf[kk][x];
-                  }
-              } else {
-#pragma unroll
-                for (int k = 0; k < 16; ++k) fold ^= pack2(s[2 * k], s[2 * k + 1], Tag{});
-              }
-              *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + tid * 4) = fold;
-            }
-            hp::wait<0>();  // dP^T
-            hp::fence_operands(dp);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float dlv = e ? dl.y : dl.x;
-                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
-                }
-            }
-          };
-          if (need_mask)
-            finish(std::true_type{});
-          else
-            finish(std::false_type{});
-        }
-        // A fragments (k16 step kk = rows r0 + 16 kk..): the accumulator pairs in order.
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            if constexpr (!PINPF)
-              pf[kk][x] = pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
-            df[kk][x] = pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
-          }
-        // dS^T into shared memory, [row block][key][64 rows] swizzled (MN-major A of step 4),
-        // by stmatrix: df[m][x] is this thread's fragment of the 8 x 8 block (keys 64 wg +
-        // 16 warp + 8 (x & 1) + 0..7, rows 8 j .. 8 j + 7 of the sub-block, j = 2 m + (x >> 1));
-        // lane 8 x + rr gives the address of that block's key rr, whose 16-byte chunk j sits
-        // at j ^ (key & 7) = j ^ rr in the key's 128-byte line. (Four stores per thread and
-        // sub-block instead of sixteen, the same bytes at the same places.)
-        {
-          const int x = lane >> 3, rr = lane & 7;
-          const uint32_t line =
-              ds_addr + sub * (kBn * 128) + (64 * wg + 16 * warp + 8 * (x & 1) + rr) * 128;
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const int j = 2 * m + (x >> 1);
-            hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
-          }
-        }
+        // ---- 2. P^T and dS^T 2^t in place, masked where needed (backward_sm90_pair.cuh).
+        bwd::pair_p_ds<Tag, WIN, PINPF>(
+            s, dp, pf, p, r.len, q0, k0, r0, wg, key_l, tq, lse_s, delta_s, scale_log2, ds_scale,
+            [&] { return reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + tid * 4); });
+        bwd::pair_fragments<Tag, PINPF>(s, dp, pf, df);
+        bwd::pair_store_ds<kBn>(ds_addr, sub, wg, warp, lane, df);
 
         // ---- 3. dV += P^T dO, dK += dS^T Q (B: dO, Q MN-major, column blocks kBm * 128
         // apart; the k16 step kk of the sub-block starts at row r0 + 16 kk).
-        {
-          const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
-          const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
-          hp::fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
-            hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
-          }
-          hp::commit();
-        }
+        hp::fence();
+        bwd::pair_dv_dk<D, T, kBm>(dv_acc, dk_acc, pf, df, q_addr, do_addr, r0);
       }
       hp::fence_proxy_async();  // dS^T (generic stores) -> step 4's wgmma (async proxy)
       // The previous pair's bulk reduce (issued at this pair's first barrier) has read the
@@ -507,25 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         hp::fence_operands(acc);
         hp::fence_operands(dv_acc);
         hp::fence_operands(dk_acc);
-        const auto convert = [&](auto to_grid) {
-#pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
-              int2 units;
-              units.x = __float2int_rn(to_grid(acc[4 * j + 2 * i]));
-              units.y = __float2int_rn(to_grid(acc[4 * j + 2 * i + 1]));
-              *reinterpret_cast<int2 *>(staging + stage_index<Cfg::kBm>(row, col)) = units;
-            }
-        };
-        // scale_pow2 (two multiplies, for any exponent) gives the same integers as one
-        // multiply by 2^k whenever 2^k is a normal float: both are exact unless the result
-        // overflows (infinity either way) or falls below 2^-126, which rounds to 0 either way.
-        if (dq_one_mul)
-          convert([&](float x) { return mul_rn(x, dq_mul); });
-        else
-          convert([&](float x) { return scale_pow2(x, dq_k); });
+        bwd::dq_onto_grid<kN, kBm>(acc, staging, dq_row0, dq_col0, warp, g, tq, dq_one_mul, dq_mul,
+                                   dq_k);
       };
       if (wg == 0)
         dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
@@ -539,7 +388,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) hp::bulk_wait<0>();
 
   // ---- Epilogue: the warpgroup's 64 keys of dK and dV.
-  const float nan = __int_as_float(0x7fffffff);
   const float dk_unscale = exp2i(-gs.t);
   if (epi16) {
     // Each warp stages its 16 keys' dK rows in the same lines of K and their dV rows in those of
@@ -568,24 +416,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     bwd::store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dv_rows, dv.token_stride);
     return;
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t key = k0 + key_l + 8 * i;
-    if (key >= r.len) continue;
-    T *dk_row = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key, hk) + 2 * tq;
-    T *dv_row = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key, hk) + 2 * tq;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      float x[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        x[e] =
-            gs.valid ? mul_rn(mul_rn(dk_acc[4 * j + 2 * i + e], dk_unscale), p.softmax_scale) : nan;
-      *reinterpret_cast<uint32_t *>(dk_row + 8 * j) = pack2(x[0], x[1], Tag{});
-      *reinterpret_cast<uint32_t *>(dv_row + 8 * j) =
-          pack2(dv_acc[4 * j + 2 * i], dv_acc[4 * j + 2 * i + 1], Tag{});
-    }
-  }
+  bwd::store_dk_dv_direct<D, Tag>(p, dk, dv, b, r, k0, key_l, hk, tq, dk_acc, dv_acc, gs.valid,
+                                  dk_unscale);
 }
 
 void check(cudaError_t err, const char *what) {

@@ -32,6 +32,7 @@
 #include "core/problem.h"
 #include "core/tile_plan.h"
 #include "cuda/backward_sm90_epilogue.cuh"
+#include "cuda/backward_sm90_pair.cuh"
 #include "cuda/backward_sm90_tiles.cuh"
 #include "cuda/backward_window.cuh"
 #include "cuda/hopper/mbarrier.cuh"
@@ -346,14 +347,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       uint32_t pf[4][4], df[4][4];  // P^T and dS^T as A fragments (the last sub-block's)
       // ---- 3. dV += P^T dO, dK += dS^T Q for the sub-block at row r0 (B: dO, Q MN-major).
       const auto issue_dv_dk = [&](int r0) {
-        const uint64_t do_desc = hp::desc_mn_major_sw128(do_addr + r0 * 128, kBm * 128);
-        const uint64_t q_desc = hp::desc_mn_major_sw128(q_addr + r0 * 128, kBm * 128);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          hp::wgmma_rs<D, T, 1>(dv_acc, pf[kk], do_desc + kk * 128, 1);
-          hp::wgmma_rs<D, T, 1>(dk_acc, df[kk], q_desc + kk * 128, 1);
-        }
-        hp::commit();
+        pair_dv_dk<D, T, kBm>(dv_acc, dk_acc, pf, df, q_addr, do_addr, r0);
       };
       // Once dV / dK have retired: this stage's Q, dO are no longer read.
       const auto release_stage = [&] {
@@ -366,121 +360,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const int r0 = 64 * sub;
         // ---- 1. S^T = K_c Q^T, dP^T = V_c dO^T.
         float s[32], dp[32];
-        {
-          const uint64_t q_desc = hp::desc_k_major_sw128(q_addr + r0 * 128);
-          const uint64_t do_desc = hp::desc_k_major_sw128(do_addr + r0 * 128);
-          hp::fence();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(s, k_desc_a + off_k, q_desc + off_q, ks > 0);
-          }
-          hp::commit();
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            const uint32_t off_k = ((ks >> 2) * kBn * 128 + (ks & 3) * 32) >> 4;
-            const uint32_t off_q = ((ks >> 2) * kBm * 128 + (ks & 3) * 32) >> 4;
-            hp::wgmma_ss<64, T, 0, 0>(dp, v_desc_a + off_k, do_desc + off_q, ks > 0);
-          }
-          hp::commit();
-          hp::wait<1>();
-          hp::fence_operands(s);
-        }
-        // ---- 2. P^T and dS^T 2^t in place, masked where needed (backward_sm90.cu).
-        {
-          const int len = r.len;
-          bool need_mask = k0 + 64 * c + 64 > len || q0 + r0 + 64 > len ||
-                           (p.causal && k0 + 64 * c + 63 > q0 + r0);
-          const int key_limit = static_cast<int>(len - k0);
-          const int row_limit = static_cast<int>(len - q0);
-          const int diag = static_cast<int>(q0 - k0);
-          // WIN: the visible diagonals (causal included), and whether they leave out a pair of
-          // this consumer's keys x the sub-block's rows, on either side (backward_sm90.cu).
-          DiagBand band{};
-          if constexpr (WIN) {
-            band = diag_band(p, q0, k0);
-            need_mask = need_mask || band.cuts(r0, r0 + 63, 64 * c, 64 * c + 63);
-          }
-          const auto finish = [&](auto masked) {
-            constexpr bool kMasked = decltype(masked)::value;
-            const auto valid = [&](int j, int i, int e) {
-              if constexpr (!kMasked) return true;
-              const int key = key_l + 8 * i, row = r0 + 8 * j + 2 * tq + e;
-              if constexpr (WIN)
-                return key < key_limit && row < row_limit && band.holds(key - row);
-              else
-                return key < key_limit && row < row_limit && (!p.causal || key - row <= diag);
-            };
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 l2 = *reinterpret_cast<const float2 *>(lse_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-                  s[idx] = valid(j, i, e) ? fminf(1.0f, tile::fast_exp2(s[idx] * scale_log2 - lse2))
-                                          : 0.0f;
-                }
-            }
-            {
-              // The pin of backward_sm90.cu: keeps P's exponentials in front of dP^T's wait.
-              uint32_t fold = 0;
-              if constexpr (PINPF) {
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-                  for (int x = 0; x < 4; ++x) {
-                    pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
-                    fold ^= pf[kk][x];
-                  }
-              } else {
-#pragma unroll
-                for (int kx = 0; kx < 16; ++kx)
-                  fold ^= tile::pack2(s[2 * kx], s[2 * kx + 1], Tag{});
-              }
-              *reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + ctid * 4) = fold;
-            }
-            hp::wait<0>();
-            hp::fence_operands(dp);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float2 dl = *reinterpret_cast<const float2 *>(delta_s + r0 + 8 * j + 2 * tq);
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int idx = 4 * j + 2 * i + e;
-                  const float dlv = e ? dl.y : dl.x;
-                  dp[idx] = valid(j, i, e) ? s[idx] * (dp[idx] - dlv) * ds_scale : 0.0f;
-                }
-            }
-          };
-          if (need_mask)
-            finish(std::true_type{});
-          else
-            finish(std::false_type{});
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            if constexpr (!PINPF)
-              pf[kk][x] = tile::pack2(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1], Tag{});
-            df[kk][x] = tile::pack2(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1], Tag{});
-          }
-        {
-          const int x = lane >> 3, rr = lane & 7;
-          const uint32_t line =
-              ds_addr + sub * (kBn * 128) + (64 * c + 16 * warp + 8 * (x & 1) + rr) * 128;
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const int j = 2 * m + (x >> 1);
-            hp::stmatrix_x4(line + ((j ^ rr) << 4), df[m][0], df[m][1], df[m][2], df[m][3]);
-          }
-        }
+        pair_s_dp<D, T, kBm, kBn>(s, dp, k_desc_a, v_desc_a, q_addr, do_addr, r0);
+        // ---- 2. P^T and dS^T 2^t in place, masked where needed (backward_sm90_pair.cuh).
+        pair_p_ds<Tag, WIN, PINPF>(
+            s, dp, pf, p, r.len, q0, k0, r0, c, key_l, tq, lse_s, delta_s, scale_log2, ds_scale,
+            [&] { return reinterpret_cast<uint32_t *>(smem + Cfg::kOffPin + ctid * 4); });
+        pair_fragments<Tag, PINPF>(s, dp, pf, df);
+        pair_store_ds<kBn>(ds_addr, sub, c, warp, lane, df);
         // Step 3 here (DQF: after the dQ product's issue, below).
         if constexpr (!kDqFirst) {
           hp::fence();
@@ -512,22 +398,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           release_stage();
         }
         hp::named_bar_sync(kBarEmpty + c, 128 + 32);
-        const auto convert = [&](auto to_grid) {
-#pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int row = dq_row0 + 16 * warp + g + 8 * i, col = dq_col0 + 8 * j + 2 * tq;
-              int2 units;
-              units.x = __float2int_rn(to_grid(acc[4 * j + 2 * i]));
-              units.y = __float2int_rn(to_grid(acc[4 * j + 2 * i + 1]));
-              *reinterpret_cast<int2 *>(staging + stage_index<kBm>(row, col)) = units;
-            }
-        };
-        if (dq_one_mul)
-          convert([&](float x) { return mul_rn(x, dq_mul); });
-        else
-          convert([&](float x) { return scale_pow2(x, dq_k); });
+        dq_onto_grid<kN, kBm>(acc, staging, dq_row0, dq_col0, warp, g, tq, dq_one_mul, dq_mul,
+                              dq_k);
       };
       if (c == 0)
         dq_pass(std::integral_constant<int, Cfg::kDqN0>{});
@@ -543,7 +415,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ---- Epilogue: the consumer's 64 keys of dK and dV (backward_sm90.cu).
-  const float nan = __int_as_float(0x7fffffff);
   const float dk_unscale = exp2i(-gs.t);
   if (epi16) {
     // Each warp stages its 16 keys' rows in its own 16 lines of V: lines line0 .. line0 + 15 of
@@ -580,24 +451,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     store_warp_rows<D, kBn>(v_addr, line0, lane, n_rows, dk_rows, dk.token_stride);
     return;
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t key = k0 + key_l + 8 * i;
-    if (key >= r.len) continue;
-    T *dk_row = static_cast<T *>(dk.data) + element_offset(p, dk, b, r, key, hk) + 2 * tq;
-    T *dv_row = static_cast<T *>(dv.data) + element_offset(p, dv, b, r, key, hk) + 2 * tq;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      float x[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        x[e] =
-            gs.valid ? mul_rn(mul_rn(dk_acc[4 * j + 2 * i + e], dk_unscale), p.softmax_scale) : nan;
-      *reinterpret_cast<uint32_t *>(dk_row + 8 * j) = tile::pack2(x[0], x[1], Tag{});
-      *reinterpret_cast<uint32_t *>(dv_row + 8 * j) =
-          tile::pack2(dv_acc[4 * j + 2 * i], dv_acc[4 * j + 2 * i + 1], Tag{});
-    }
-  }
+  store_dk_dv_direct<D, Tag>(p, dk, dv, b, r, k0, key_l, hk, tq, dk_acc, dv_acc, gs.valid,
+                             dk_unscale);
 }
 
 }  // namespace fold::cuda::bwd
