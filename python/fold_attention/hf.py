@@ -204,8 +204,9 @@ class FoldLayerCaches:
     (FoldKVCache(window_size=...)): a request keeps only its window's pages, from a pool of
     window_num_pages pages (default: batch x (2 ceil(window / page_size) + 2), what prefill's
     chunks and the steps can hold at once). The caches are then made at each layer's first
-    forward, when its window is known (``layers[i]`` is None until then). CPU caches only in this
-    build (FoldKVCache's window_size). cache_kwargs go to every layer's FoldKVCache.
+    forward, when its window is known (``layers[i]`` is None until then), on ``device`` as the
+    other layers' (CPU or CUDA; FoldKVCache's window_size). cache_kwargs go to every layer's
+    FoldKVCache.
     """
 
     def __init__(self, config, batch, max_len, depth=16, v8=False, dtype=torch.bfloat16,
