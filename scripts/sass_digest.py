@@ -54,6 +54,11 @@ def digests(library):
     text = subprocess.run(
         [find_cuobjdump(), "-sass", library], check=True, capture_output=True, text=True
     ).stdout
+    return digests_of_dump(text)
+
+
+def digests_of_dump(text):
+    """digests() of cuobjdump -sass output `text`."""
     out, name, lines = {}, None, []
 
     def close():
@@ -63,7 +68,7 @@ def digests(library):
         if key in out:
             sys.exit(f"sass_digest: two functions fold to one name: {key}")
         body = "\n".join(_INTERNAL.sub(r"\1_", ln) for ln in lines)
-        count = sum(1 for ln in lines if re.match(r"\s*/\*[0-9a-f]{4,}\*/", ln))
+        count = sum(1 for ln in lines if re.match(r"/\*[0-9a-f]{4,}\*/", ln))
         out[key] = (count, hashlib.sha256(body.encode()).hexdigest()[:16])
 
     for line in text.splitlines():
