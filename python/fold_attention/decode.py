@@ -66,6 +66,16 @@ def _cuda_missing() -> str | None:
     return None
 
 
+def _mismatch(fn: str, what: str, device: torch.device, cache_device: torch.device) -> str:
+    """The device mismatch's message, with what to do about it (FoldKVCache's device defaults to
+    'cpu', so CUDA tensors given to a cache built without one land here)."""
+    if cache_device.type == "cpu" and device.type == "cuda":
+        hint = f"build the cache for them with FoldKVCache(..., device='{device}')"
+    else:
+        hint = f"pass tensors on {cache_device}"
+    return f"{fn}: {what} is on {device} but the cache is on {cache_device}: {hint}"
+
+
 def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.device | None = None) -> None:
     """Accepts CPU tensors, and CUDA tensors on the cache's CUDA device."""
     if cache_device is None:
@@ -76,7 +86,7 @@ def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.d
         # The ctypes query below cannot be traced; an eager call (the cache's construction
         # included) has already made it. The device match is all that is left to check.
         if device != cache_device:
-            raise NotImplementedError(f"{fn}: {what} is on {device} but the cache is on {cache_device}")
+            raise NotImplementedError(_mismatch(fn, what, device, cache_device))
         return
     if device.type == "cuda":
         why = _cuda_missing()
@@ -86,7 +96,7 @@ def _require_cpu(device: torch.device, what: str, fn: str, cache_device: torch.d
             return
     if device.type not in ("cpu", "cuda"):
         raise NotImplementedError(f"{fn}: {what} is on {device}: no decode kernels for it; use CPU or CUDA tensors")
-    raise NotImplementedError(f"{fn}: {what} is on {device} but the cache is on {cache_device}")
+    raise NotImplementedError(_mismatch(fn, what, device, cache_device))
 
 
 def _float32(x, name: str, fn: str, *, positive: bool) -> float:

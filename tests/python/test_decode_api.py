@@ -520,3 +520,18 @@ def test_unflagged_row_keeps_its_heaviest_key_of_huge_keys():
         c.extend(0, k, v)
         res.append(fa.fold_attn_with_kvcache(q, c).float())
     assert (res[0] - res[1]).abs().max().item() < 0.05
+
+
+def test_device_mismatch_says_how_to_build_the_cache():
+    # The seed README's decode example builds FoldKVCache without a device (default 'cpu') and
+    # then gives it GPU tensors: the error must say which device to build the cache on. (The
+    # message is checked here; test_gpu_decode.py checks that a CPU cache given CUDA tensors
+    # raises it.)
+    from fold_attention.decode import _mismatch
+
+    cpu, cuda0, cuda1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
+    msg = _mismatch("FoldKVCache.prefill", "q", cuda0, cpu)
+    assert "q is on cuda:0 but the cache is on cpu" in msg
+    assert "FoldKVCache(..., device='cuda:0')" in msg
+    msg = _mismatch("fold_attn_with_kvcache", "q_step", cpu, cuda1)
+    assert "q_step is on cpu but the cache is on cuda:1: pass tensors on cuda:1" in msg

@@ -797,3 +797,17 @@ def test_step_without_room_is_rejected_on_device_not_written():
     assert c.stats()["rejected_appends"] == 1
     assert torch.equal(_bits(out[0]), _bits(ref_out[0]))
     assert torch.equal(_bits(lse[0]), _bits(ref_lse[0]))
+
+
+def test_cpu_cache_given_cuda_tensors_says_which_device_to_build_it_on():
+    # The seed README's example as written: FoldKVCache without a device (so 'cpu'), then CUDA
+    # tensors. Refused, naming the tensor and the device to build the cache on; nothing written.
+    D, Hkv, G, B, L = 64, 2, 2, 2, 16
+    cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, 64, depth=16)
+    q, k, v = (torch.randn(B * L, h, D, dtype=torch.bfloat16, device=CUDA) for h in (Hkv * G, Hkv, Hkv))
+    cu = torch.tensor([0, L, 2 * L], dtype=torch.int32, device=CUDA)
+    with pytest.raises(NotImplementedError, match=r"q is on cuda:\d+ but the cache is on cpu: build the cache"):
+        cache.prefill(q, k, v, cu)
+    assert cache.lengths.tolist() == [-1, -1]
+    with pytest.raises(NotImplementedError, match=r"device='cuda:\d+'"):
+        fa.fold_attn_with_kvcache(q[:B], cache)
