@@ -195,7 +195,10 @@ class FoldKVCache:
             V planes) when a later value would not fit.
         dtype: torch.bfloat16 or torch.float16 (queries, keys, values, outputs).
         device: 'cpu' (the C++ reference) or a CUDA device (the CUDA kernels; the v8
-            exponent growth and the heavy-key list run on the device too).
+            exponent growth and the heavy-key list run on the device too). None (default):
+            torch's default device (torch.get_default_device(): the CPU unless set, e.g. by
+            torch.set_default_device('cuda') or inside ``with torch.device('cuda'):``), as
+            torch's own factories place tensors.
         num_pages: pages in the pool the slots share (the pool's memory is num_pages x
             n_kv_heads x (page_size x (4 x head_dim + 2) + 4 x head_dim) bytes: two K planes,
             V (bf16 / fp16, or v8's two planes) and a scale per token, and a mean V row per
@@ -234,7 +237,7 @@ class FoldKVCache:
         refine_band=None,
         v_scale=None,
         dtype=torch.bfloat16,
-        device="cpu",
+        device=None,
         num_pages=None,
         window_size=None,
     ):
@@ -286,6 +289,8 @@ class FoldKVCache:
         if dtype not in _CACHE_DTYPES:
             raise TypeError(f"{fn}: dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         self.dtype = dtype
+        if device is None:
+            device = torch.get_default_device()
         if not isinstance(device, (str, int, torch.device)):
             raise TypeError(f"{fn}: device must be a torch.device, str or int, got {type(device).__name__}")
         try:

@@ -535,3 +535,16 @@ def test_device_mismatch_says_how_to_build_the_cache():
     assert "FoldKVCache(..., device='cuda:0')" in msg
     msg = _mismatch("fold_attn_with_kvcache", "q_step", cpu, cuda1)
     assert "q_step is on cpu but the cache is on cuda:1: pass tensors on cuda:1" in msg
+
+
+def test_device_defaults_to_torchs_default_device():
+    # device=None (the default) takes torch.get_default_device(), as torch's factories do: the
+    # CPU unless the caller set another (so the seed README's example, which names no device,
+    # builds a CUDA cache under torch.set_default_device('cuda') / `with torch.device('cuda')`).
+    assert fa.FoldKVCache(1, 4, 2, 64, 64).device == torch.device("cpu")
+    with torch.device("cpu"):
+        assert fa.FoldKVCache(1, 4, 2, 64, 64, device=None).device == torch.device("cpu")
+    with torch.device("meta"):  # a default device without decode kernels: refused by name
+        with pytest.raises(NotImplementedError, match="meta"):
+            fa.FoldKVCache(1, 4, 2, 64, 64)
+    assert torch.get_default_device() == torch.device("cpu")

@@ -811,3 +811,23 @@ def test_cpu_cache_given_cuda_tensors_says_which_device_to_build_it_on():
     assert cache.lengths.tolist() == [-1, -1]
     with pytest.raises(NotImplementedError, match=r"device='cuda:\d+'"):
         fa.fold_attn_with_kvcache(q[:B], cache)
+
+
+def test_seed_readme_decode_example_under_the_default_device():
+    # The seed README's decode example names no device; with torch's default device set to the
+    # GPU, FoldKVCache(device=None) takes it and the example runs as written, with the outputs
+    # of a cache built with device=CUDA.
+    D, Hkv, G, B, L = 64, 2, 4, 2, 40
+    H = Hkv * G
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B * L, h, D, generator=gen).bfloat16().to(CUDA) for h in (H, Hkv, Hkv))
+    qs, ks, vs = (torch.randn(B, h, D, generator=gen).bfloat16().to(CUDA) for h in (H, Hkv, Hkv))
+    cu = torch.tensor([0, L, 2 * L], dtype=torch.int32, device=CUDA)
+    with torch.device(CUDA):
+        cache = fa.FoldKVCache(batch=B, n_heads=H, n_kv_heads=Hkv, head_dim=D, max_len=128, depth=16)
+    assert cache.device.type == "cuda"
+    prompt_out = cache.prefill(q, k, v, cu)
+    step_out = fa.fold_attn_with_kvcache(qs, cache, ks, vs)
+    ref = fa.FoldKVCache(batch=B, n_heads=H, n_kv_heads=Hkv, head_dim=D, max_len=128, depth=16, device=CUDA)
+    assert torch.equal(_bits(prompt_out), _bits(ref.prefill(q, k, v, cu)))
+    assert torch.equal(_bits(step_out), _bits(fa.fold_attn_with_kvcache(qs, ref, ks, vs)))
