@@ -180,7 +180,7 @@ def decode_step_into(
     _lib.check(status, "fold_decode_cpu")
     counters = [s.keys, s.live_keys, s.refine_keys, s.v_refine_keys, s.rows, s.fixup_rows, int(s.bytes_read)]
     counters += [0] * (STATS_COUNTERS - len(counters))
-    stats.copy_(torch.tensor(counters, dtype=torch.int64))
+    stats.copy_(torch.tensor(counters, dtype=torch.int64, device="cpu"))
 
 
 def _check_step_tensors(q, k_step, v_step, k_a, k_b, k_scale, v, v_a, v_b, v_exp, v_page_sum,

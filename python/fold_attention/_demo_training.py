@@ -29,7 +29,7 @@ def _reference(q, k, v, dout, causal):
     s = torch.einsum("bihd,bjhd->bhij", q64, kk) / q.shape[-1] ** 0.5
     if causal:
         n = q.shape[1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
     out = torch.einsum("bhij,bjhd->bihd", s.softmax(-1), vv)
     out.backward(dout.double())
     return out.detach(), q64.grad, k64.grad, v64.grad

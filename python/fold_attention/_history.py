@@ -166,7 +166,7 @@ def history_attention(cache, b: int, q: torch.Tensor, before: int,
                     workspaces[rows] = torch.empty(need, dtype=torch.uint8, device=q.device)
                 workspace = workspaces[rows]
             else:
-                workspace = torch.empty(0, dtype=torch.uint8)
+                workspace = torch.empty(0, dtype=torch.uint8, device=q.device)
             x = q[c0:c1]
             if P * k > c1 - c0:
                 x = torch.cat([x, x.new_zeros((P * k - (c1 - c0), H, D))])

@@ -140,7 +140,9 @@ _LOG2E = 1.44269504088896340736  # (decode_step.cpp's kLog2e, as a float32 below
 def _query_scale(softmax_scale: float) -> float:
     """softmax_scale x log2 e as the decode step takes it: the float32 product of the two as
     float32 (exact as a Python float; a float32 tensor times it multiplies in float32)."""
-    return float(torch.tensor(softmax_scale, dtype=torch.float32) * torch.tensor(_LOG2E, dtype=torch.float32))
+    cpu = torch.device("cpu")  # (host scalars, whatever torch's default device)
+    return float(torch.tensor(softmax_scale, dtype=torch.float32, device=cpu)
+                 * torch.tensor(_LOG2E, dtype=torch.float32, device=cpu))
 
 
 def _query_rotation_finite(rows: torch.Tensor, softmax_scale: float) -> bool:
@@ -377,7 +379,7 @@ class FoldKVCache:
                     raise ValueError(f"{fn}: {_lib.last_error()}")
                 self._workspace = torch.empty(max(size, 256), dtype=torch.uint8, device=dev)
             else:
-                self._workspace = torch.empty(0, dtype=torch.uint8)
+                self._workspace = torch.empty(0, dtype=torch.uint8, device=dev)
 
     # ---- bookkeeping -----------------------------------------------------------------
 
@@ -457,7 +459,7 @@ class FoldKVCache:
         for i in range(have, needed):
             row[i] = self._free_pages.pop()
         self._reserved[b] = needed
-        self.page_table[b, have:needed] = torch.tensor(row[have:needed], dtype=torch.int32)
+        self.page_table[b, have:needed] = torch.tensor(row[have:needed], dtype=torch.int32, device="cpu")
 
     def _unreserve(self, b: int, have: int) -> None:
         """Undoes _reserve back to `have` logical pages (pages returned in the order they were
@@ -589,7 +591,8 @@ class FoldKVCache:
             row[full] = page = self._free_pages.pop()
             self._reserved[n] = full + 1
             self._copy_page(page, src[full])
-        self.page_table[n, : self._reserved[n]] = torch.tensor(row[: self._reserved[n]], dtype=torch.int32)
+        kept = row[: self._reserved[n]]
+        self.page_table[n, : self._reserved[n]] = torch.tensor(kept, dtype=torch.int32, device="cpu")
         self.heavy_keys[n].copy_(self.heavy_keys[b])
         self.v_exp[n].copy_(self.v_exp[b])
         self.lengths[n] = L
@@ -645,7 +648,7 @@ class FoldKVCache:
         end = self._reserved[b]
         row[first:end] = tail + [-1] * (end - first - len(tail))
         self._reserved[b] = first + len(tail)
-        self.page_table[b, first:end] = torch.tensor(row[first:end], dtype=torch.int32)
+        self.page_table[b, first:end] = torch.tensor(row[first:end], dtype=torch.int32, device="cpu")
         if n % P:
             self.v_page_sum[row[first]] = page_sum(self.v, row[first], n % P)
         heavy = self.heavy_keys[b]
@@ -1299,7 +1302,7 @@ def _tokens(q, cache: FoldKVCache, k, v, return_lse: bool, window_size, sinks, f
         if not bool(torch.isfinite(q).all()):
             raise ValueError(f"{fn}: q_step holds a non-finite value")
         if not cache.is_cuda and active:
-            if not _query_rotation_finite(q[torch.tensor(active, dtype=torch.long)], cache.softmax_scale):
+            if not _query_rotation_finite(q[torch.tensor(active, dtype=torch.long, device=q.device)], cache.softmax_scale):
                 raise ValueError(f"{fn}: q_step is too large: a row is not finite after scaling and "
                                  "rotation")
         if active:

@@ -253,7 +253,7 @@ class FoldLayerCaches:
             out = fold_attn_with_kvcache(q[:, 0], cache, k[:, 0], v[:, 0], window_size=window_size,
                                          sinks=sinks).unsqueeze(1)
         else:
-            cu = torch.arange(0, (batch + 1) * seq, seq, dtype=torch.int32)
+            cu = torch.arange(0, (batch + 1) * seq, seq, dtype=torch.int32, device="cpu")
             flat = (x.reshape(batch * seq, *x.shape[2:]) for x in (q, k, v))
             out = cache.prefill(*flat, cu, window_size=window_size, sinks=sinks)
             out = out.reshape(batch, seq, *q.shape[2:])

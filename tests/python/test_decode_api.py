@@ -548,3 +548,37 @@ def test_device_defaults_to_torchs_default_device():
         with pytest.raises(NotImplementedError, match="meta"):
             fa.FoldKVCache(1, 4, 2, 64, 64)
     assert torch.get_default_device() == torch.device("cpu")
+
+
+def test_cpu_cache_does_not_depend_on_torchs_default_device():
+    # The package's own host tensors (scalars, page-table rows, workspaces, counters) name their
+    # device, so a cache built for one device behaves the same whatever torch's default device is
+    # (device=None invites setting it to the GPU). Here "meta": any tensor the package made on the
+    # default device would fail or change the result.
+    D, Hkv, G, B, L = 64, 2, 2, 2, 70
+    H = Hkv * G
+    _, k, v = synth(B, Hkv, G, D, L, seed=11)  # k, v (B, L, Hkv, D)
+    qp = torch.randn(B * L, H, D, generator=torch.Generator().manual_seed(13)).bfloat16()
+    kp, vp = k.reshape(B * L, Hkv, D), v.reshape(B * L, Hkv, D)
+    qs, ks, vs = synth(B, Hkv, G, D, 1, seed=12)  # qs (B, H, D), ks / vs (B, 1, Hkv, D)
+    ks, vs = ks[:, 0], vs[:, 0]
+
+    def run():
+        c = fa.FoldKVCache(B, H, Hkv, D, 256, depth=16.0, page_size=64, num_pages=8, device="cpu")
+        cu = torch.tensor([0, L, 2 * L], dtype=torch.int32, device="cpu")
+        p = c.prefill(qp, kp, vp, cu)
+        out, lse = fa.fold_attn_with_kvcache(qs, c, ks, vs, return_lse=True)
+        c.release(1)
+        r = c.add_request(length=5)
+        c.extend(r, kp[:5], vp[:5])
+        out2 = fa.fold_attn_with_kvcache(qs, c)
+        return p, out, lse, out2, c.stats(), c.page_table.clone()
+
+    want = run()
+    with torch.device("meta"):
+        got = run()
+    for a, b in zip(want, got):
+        if isinstance(a, torch.Tensor):
+            assert a.device.type == "cpu" and torch.equal(a, b)
+        else:
+            assert a == b
