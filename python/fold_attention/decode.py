@@ -67,8 +67,8 @@ def _cuda_missing() -> str | None:
 
 
 def _mismatch(fn: str, what: str, device: torch.device, cache_device: torch.device) -> str:
-    """The device mismatch's message, with what to do about it (FoldKVCache's device defaults to
-    'cpu', so CUDA tensors given to a cache built without one land here)."""
+    """The device mismatch's message, with what to do about it (a cache built without a device
+    takes torch's default device, the CPU unless set: CUDA tensors given to it land here)."""
     if cache_device.type == "cpu" and device.type == "cuda":
         hint = f"build the cache for them with FoldKVCache(..., device='{device}')"
     else:
