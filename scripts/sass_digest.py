@@ -93,11 +93,11 @@ def read(path):
     return table
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("library", nargs="?", help="a built library (or object) with device code")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="two digest files")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.compare:
         a, b = read(args.compare[0]), read(args.compare[1])
         changed = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])

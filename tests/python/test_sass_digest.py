@@ -59,20 +59,9 @@ def test_compare_reports_changed_added_and_removed(tmp_path, capsys):
     before, after = tmp_path / "before.txt", tmp_path / "after.txt"
     before.write_text("k1 10 aaaa\nk2 5 bbbb\nk3 7 cccc\n")
     after.write_text("k1 10 aaaa\nk2 6 dddd\nk4 7 cccc\n")
-    import sys
-
-    argv = sys.argv
-    sys.argv = ["sass_digest.py", "--compare", str(before), str(after)]
-    try:
-        rc = sass_digest.main()
-    finally:
-        sys.argv = argv
+    rc = sass_digest.main(["--compare", str(before), str(after)])
     out = capsys.readouterr().out
     assert rc == 1
     assert "changed" in out and "k2" in out and "removed  k3" in out and "added    k4" in out
     assert "1 identical, 1 changed, 1 removed, 1 added" in out
-    sys.argv = ["sass_digest.py", "--compare", str(before), str(before)]
-    try:
-        assert sass_digest.main() == 0
-    finally:
-        sys.argv = argv
+    assert sass_digest.main(["--compare", str(before), str(before)]) == 0
