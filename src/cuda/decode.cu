@@ -203,22 +203,22 @@ int64_t fetch_resident(RingKernel kernel, size_t smem, int batch) {
   const int r = resident_blocks(k, kRingThreads, with_table);
   return r == resident_blocks(k, kRingThreads, smem) ? static_cast<int64_t>(r) * sm_count() : 0;
 }
-RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8, bool win) {
-  const int nrb = (G + 7) / 8;
-  if (win) {  // (bf16 / fp16 V only: split_ring_supported)
-    if (D == 64)
-      return f16 ? ring_kernel_rb<1, true, false, true>(nrb, stages)
-                 : ring_kernel_rb<1, false, false, true>(nrb, stages);
-    return f16 ? ring_kernel_rb<2, true, false, true>(nrb, stages)
-               : ring_kernel_rb<2, false, false, true>(nrb, stages);
-  }
+template <bool WIN>
+RingKernel ring_kernel_win(int D, int nrb, bool f16, int stages, bool v8) {
   // v8: bf16 weight operands whatever the queries' type (the bf16 guard window).
   if (v8)
-    return D == 64 ? ring_kernel_rb<1, false, true>(nrb, stages)
-                   : ring_kernel_rb<2, false, true>(nrb, stages);
+    return D == 64 ? ring_kernel_rb<1, false, true, WIN>(nrb, stages)
+                   : ring_kernel_rb<2, false, true, WIN>(nrb, stages);
   if (D == 64)
-    return f16 ? ring_kernel_rb<1, true>(nrb, stages) : ring_kernel_rb<1, false>(nrb, stages);
-  return f16 ? ring_kernel_rb<2, true>(nrb, stages) : ring_kernel_rb<2, false>(nrb, stages);
+    return f16 ? ring_kernel_rb<1, true, false, WIN>(nrb, stages)
+               : ring_kernel_rb<1, false, false, WIN>(nrb, stages);
+  return f16 ? ring_kernel_rb<2, true, false, WIN>(nrb, stages)
+             : ring_kernel_rb<2, false, false, WIN>(nrb, stages);
+}
+RingKernel ring_kernel(int D, int G, bool f16, int stages, bool v8, bool win) {
+  const int nrb = (G + 7) / 8;
+  return win ? ring_kernel_win<true>(D, nrb, f16, stages, v8)
+             : ring_kernel_win<false>(D, nrb, f16, stages, v8);
 }
 
 // The plain split's instance: head dim, value product on MMA (bf16 / fp16 V) or fma (v8),
@@ -271,11 +271,10 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // the plain step) and sinks run their own instances (WIN / EXT), chosen from these arguments
   // only, never from the lengths or the batch, so that a request's bits are the same alone and in
   // any batch; a step with neither runs exactly the kernels it ran before them. A windowed step:
-  // the front's WIN forms (SMALL or not), for pass 0 with bf16 / fp16 V the WIN instances of the
-  // dense ring (dense) or split2 (screened, where it runs), else the plain split (split_item's
-  // WIN; v8 keeps its reference orders there; the opt-in screen ring takes no window), the EXT
-  // combines and pass 1. Sinks alone: the same front and pass-0 split as without them, the EXT
-  // combines and pass 1 (sinks act in the combine only).
+  // the front's WIN forms (SMALL or not), for pass 0 the WIN instances of the dense ring (dense)
+  // or split2 (screened, where it runs), else the plain split (split_item's WIN; the opt-in screen
+  // ring takes no window), the EXT combines and pass 1. Sinks alone: the same front and pass-0
+  // split as without them, the EXT combines and pass 1 (sinks act in the combine only).
   const bool win = p.window_before > 0 && p.window_before < c.max_len;
   const bool ext = win || p.sinks != nullptr;
   // Front rows per block: a warp per row and 8 rows per block when the groups alone fill the
@@ -355,7 +354,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
                                          : decode_front_kernel<8, false, false, T, true>);
   }
   const bool pdl = env_on("FOLD_DECODE_PDL");
-  const bool ring = split_ring_supported(c, p) && (!win || c.v8 == 0);
+  const bool ring = split_ring_supported(c, p);
   const bool screen = !win && !ring && split_screen_supported(c, p);
   // A windowed step's pass-0 split grid: only the splits a window of w keys can touch, at most
   // (w - 1) / kSplitKeys + 2 of them (the plain split and split2 count them from the window's
@@ -367,9 +366,9 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
           : static_cast<unsigned>(w.splits);
   // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
   // follows the cache's capacity (max_len), not the lengths, which the host does not read.
-  // Windowed steps with bf16 / fp16 V take its WIN instances (v8's keep the plain split).
+  // Windowed steps take its WIN instances.
   const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(win_splits) * groups, sm_count());
-  const bool split2 = (!win || c.v8 == 0) && !ring && !screen && plan2.on;
+  const bool split2 = !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
   // (decode_split_ring_kernel, split2_item). FOLD_DECODE_OVERLAP=0 (read per call) turns it off,

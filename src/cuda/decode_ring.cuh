@@ -56,7 +56,7 @@ inline bool split_ring_supported(const DecodeCache &c, const fold_decode_params_
 // indexed at compile time).
 // Three blocks per SM (ncu: the kernel waits on memory; registers are what limit the blocks, and
 // without the bound ptxas takes 95) where the accumulators allow it.
-// WIN (bf16 / fp16 V; a step whose sliding window `window` = window_before can hide a key): each
+// WIN (a step whose sliding window `window` = window_before can hide a key; v8 too): each
 // request's items start at the split of its window's first key F = window_first(L, window) (the
 // splits before it add nothing: the combine starts there too); that split's item starts at F's
 // chunk, whose keys before F are absent like the keys past a split's end (never read: zero
@@ -83,7 +83,6 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
   if (early == 0) pdl_wait();
   using namespace hopper;
   static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
-  static_assert(!WIN || !V8, "a windowed v8 step runs the plain split (the reference's orders)");
   constexpr int D = 64 * NP;
   constexpr int MT = D / 16;              // m tiles (16 columns of V each)
   constexpr int KP = 8 / MT;              // warps per m tile, each a contiguous part of the keys

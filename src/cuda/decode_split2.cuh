@@ -209,7 +209,7 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
 // with a v-refine verdict (split_item's rule: a coarse logit >= Z - v_refine_band for some row of
 // the group), the value product on the tensor cores (pv_mma_chunk_acc_at's V8 form), N times
 // 2^v_exp at the partial. The weights, sums and cut mass are bf16 V's, bit for bit.
-// WIN (bf16 / fp16 V; a step whose sliding window p.window_before can hide a key), as
+// WIN (a step whose sliding window p.window_before can hide a key; v8 too), as
 // split_item's WIN: the split sees keys [F, L) only, F = window_first(L, w); a split wholly
 // before F adds nothing (the launcher's grid starts at F's split); the split holding F starts at
 // F's 64-key half, whose keys before F are absent like the keys past the split's end (never
@@ -888,12 +888,15 @@ inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
 }
 // The instance of a plan for the cache's value format: fp16 or bf16 planes, or v8's E4M3 planes
 // (bf16 weight operands), a template parameter.
-// win: a windowed step's WIN instances (bf16 / fp16 V only: a windowed v8 step runs split_item).
+// win: a windowed step's WIN instances.
+template <bool WIN>
+inline Split2Kernel split2_kernel_win(const Split2Plan &plan, int G, int D, bool f16, bool v8) {
+  if (v8) return split2_kernel_dt<false, true, WIN>(plan, G, D);
+  return f16 ? split2_kernel_dt<true, false, WIN>(plan, G, D)
+             : split2_kernel_dt<false, false, WIN>(plan, G, D);
+}
 inline Split2Kernel split2_kernel(const Split2Plan &plan, int G, int D, bool f16, bool v8,
                                   bool win = false) {
-  if (win)
-    return f16 ? split2_kernel_dt<true, false, true>(plan, G, D)
-               : split2_kernel_dt<false, false, true>(plan, G, D);
-  if (v8) return split2_kernel_dt<false, true>(plan, G, D);
-  return f16 ? split2_kernel_dt<true>(plan, G, D) : split2_kernel_dt<false>(plan, G, D);
+  return win ? split2_kernel_win<true>(plan, G, D, f16, v8)
+             : split2_kernel_win<false>(plan, G, D, f16, v8);
 }

@@ -1,12 +1,12 @@
 """GPU: sliding windows and attention sinks in the CUDA decode step, against the CPU reference.
 
-A windowed step (window_before in (0, max_len)) runs the front's WIN forms; with bf16 / fp16 V
-the WIN instances of the dense ring (dense steps) or of split2 (screened steps, where split2
-runs), else the plain split kernel with its window (split_item's WIN); and the EXT combines.
-Sinks act in the combines only (decode_combine.cuh). So a windowed step matches the CPU reference
-bit for bit where the plain split keeps the reference's orders (v8 caches: the fma value product) and
-within one output rounding elsewhere (bf16 / fp16 V: the value product on the tensor cores); a
-step with sinks alone keeps the plain step's path (decode_helpers.tensor_core_path). Verdict
+A windowed step (window_before in (0, max_len)) runs the front's WIN forms; the WIN instances of
+the dense ring (dense steps) or of split2 (screened steps, where split2 runs), else the plain
+split kernel with its window (split_item's WIN); and the EXT combines. Sinks act in the combines
+only (decode_combine.cuh). So a windowed step matches the CPU reference as the same step without
+a window does: bit for bit where the plain split's fma value product keeps the reference's orders
+(v8 caches off the ring and split2) and within one output rounding where the value product runs
+on the tensor cores (decode_helpers.tensor_core_path). Verdict
 statistics (keys, live, refined, bytes, fix-up rows) are equal in every case. Also: -inf sinks
 give the plain step's bits, a request's bits alone = in a ragged batch, CUDA-graph replays =
 eager steps, and keys before the window are never read (scrambled, the bits stay). Skipped without a CUDA device or when the library was built without
@@ -64,10 +64,9 @@ def _kernels(fn):
 
 def _exact(cache, window):
     """Whether the CUDA step keeps the reference's orders (bits) or sums N on the tensor cores
-    (one output rounding): a windowed step is exact for v8 caches only (the plain split's fma
-    value product; bf16 / fp16 V sum N on the tensor cores in every kernel)."""
-    if window is not None and window < cache.max_len:
-        return bool(cache.v8)
+    (one output rounding): with or without a window, the same kernels (their WIN instances) take
+    the same caches."""
+    del window
     return not tensor_core_path(cache.v8, cache.head_dim, cache.depth,
                                 cache.n_heads // cache.n_kv_heads)
 
@@ -320,14 +319,16 @@ def test_bad_sinks_are_named_on_cuda():
 
 
 @pytest.mark.parametrize("blocks", ["1", "3"])
-@pytest.mark.parametrize("dtype,D,Hkv,G", [
-    (torch.bfloat16, 128, 2, 4),
-    (torch.float16, 64, 1, 8),
-    (torch.bfloat16, 64, 2, 3),
-    (torch.bfloat16, 128, 1, 16),
+@pytest.mark.parametrize("dtype,D,Hkv,G,v8", [
+    (torch.bfloat16, 128, 2, 4, False),
+    (torch.float16, 64, 1, 8, False),
+    (torch.bfloat16, 64, 2, 3, False),
+    (torch.bfloat16, 128, 1, 16, False),
+    (torch.bfloat16, 128, 2, 4, True),
+    (torch.float16, 64, 2, 3, True),
 ])
-def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypatch):
-    # Windowed dense steps with bf16 / fp16 V run the dense ring's WIN instances (each request's
+def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, v8, blocks, monkeypatch):
+    # Windowed dense steps run the dense ring's WIN instances (v8 caches too; each request's
     # items from its window's first split, that split from F's chunk). Its blocks fetch items
     # (FOLD_DECODE_RING_BLOCKS=N: at most N blocks, each taking items from the window's splits of
     # every request in turn) or take one item each (=0): output, LSE and statistics bit for bit,
@@ -335,7 +336,8 @@ def test_window_ring_schedules_keep_the_bits(dtype, D, Hkv, G, blocks, monkeypat
     # plain split's windowed step (FOLD_DECODE_RING=0). (The CPU comparisons above check values.)
     B = len(LENGTHS)
     q, k, v = synth(B, Hkv, G, D, 2600, seed=71 + D + G, dtype=dtype)
-    cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2700, depth=None, dtype=dtype, device=CUDA, page_size=64)
+    cache = fa.FoldKVCache(B, Hkv * G, Hkv, D, 2700, depth=None, v8=v8, dtype=dtype, device=CUDA,
+                           page_size=64)
     fill_requests((cache,), k, v, LENGTHS, chunks=2)
     sinks = torch.randn(Hkv * G) * 2
     for window in WINDOWS:
