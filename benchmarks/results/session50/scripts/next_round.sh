@@ -2,7 +2,7 @@
 # The L2 prefetch's device call (prepared in session 50, whose device starts failed before it ran).
 # First `bash benchmarks/results/session50/scripts/prepare.sh` here, then on the device, carrying
 # .ab/s50p.* (main + patches/l2pf-prepared.patch: a small grid's dense ring and split2 ask L2 for
-# their split's rows at its start):
+# their split's rows at its start; and the patch's test_gpu_decode.py, put in place of main's):
 #   OUT=$OUT bash benchmarks/results/session50/scripts/next_round.sh
 # About 7 minutes. If the tests pass: `git am` the patch (and update notes/decode.md's section 59,
 # the README's decode row and the kernel times with what it measured).
@@ -14,6 +14,7 @@ set -u
 cd "$(dirname "$0")/../../../.."
 source notes/prepared/round_common.sh s50p
 P=$(L s50p)
+cp .ab/s50p.test_gpu_decode.py tests/python/test_gpu_decode.py  # (this copy of the tree only)
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$OUT/summary.txt"
 chk bits 150 env FOLD_ATTENTION_LIBRARY=$P python3 -m pytest -q -m gpu -p no:logging \
   tests/python/test_gpu_decode.py -k "l2_prefetch or overlap"

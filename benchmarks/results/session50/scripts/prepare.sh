@@ -28,4 +28,6 @@ trap 'git worktree remove --force "$wt"' EXIT
 (cd "$wt" && git -c user.name=prepare -c user.email=prepare@localhost am -q \
   "$here/benchmarks/results/session50/patches/l2pf-prepared.patch")
 build_lib "$wt" s50p
-echo "carry: .ab/s50m.so.xz .ab/s50m.commit .ab/s50p.so.xz .ab/s50p.commit"
+# The patch's GPU test file (main's plus the new test), which next_round.sh puts in place of main's.
+cp "$wt/tests/python/test_gpu_decode.py" "$here/.ab/s50p.test_gpu_decode.py"
+echo "carry: .ab/s50m.so.xz .ab/s50m.commit .ab/s50p.so.xz .ab/s50p.commit .ab/s50p.test_gpu_decode.py"
