@@ -13,8 +13,9 @@ set -u
 cd "$(dirname "$0")/../../../.."
 part=${1:-}
 [ "$part" = ab ] || [ "$part" = protocol ] || { echo "usage: $0 ab|protocol" >&2; exit 2; }
-source notes/prepared/round_common.sh s49m
-F=$(L s49m)
+lib=${FOLD_ROUND_LIB:-s49m}  # (session 50: s50m, from session50/scripts/prepare.sh)
+source notes/prepared/round_common.sh "$lib"
+F=$(L "$lib")
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a "$OUT/summary.txt" | grep -q H200 ||
   { echo "not an H200" >> "$OUT/summary.txt"; exit 1; }
 if [ "$part" = ab ]; then
