@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 51's decode call: session 50's L2 prefetch (FOLD_DECODE_L2PF) and split2's step
 # pipelining (FOLD_DECODE_SPLIT2_PIPE), both prepared and not yet run, in one library: s51p
-# (branch wip/pipe: main + patches/l2pf-pipe-prepared.patch, two commits), beside s50m (main) for
+# (branch wip/pipe: main + patches/l2pf-pipe-prepared.patch, three commits), beside s50m (main) for
 # the large grids, whose split2 code was restructured (the same arithmetic; ptxas: a few registers
 # more or fewer, no spill). First `bash benchmarks/results/session51/scripts/prepare.sh` here, then
 # on the device, carrying .ab/s51p.*, .ab/s50m.so.xz and .ab/s50m.commit:
