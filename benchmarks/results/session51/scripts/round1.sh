@@ -29,8 +29,7 @@ kt() {  # kt L2PF PIPE NAME [ENV...]
 BIG="32,8192,9,3,64;128,4096,9,3,64;32,8192,32,8,128;16,16384,32,4,128"
 big() {  # big RUN
   for lib in s50m s51p; do
-    step "big_${lib}_r$1" 90 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_kernel_times.py \
-      --screened-only --shapes "$BIG"
+    step "big_${lib}_r$1" 90 env FOLD_ATTENTION_LIBRARY=$(L $lib) $KT "$BIG"  # (KT: round_common.sh)
   done
 }
 for ab in 00 10 01 11; do kt ${ab:0:1} ${ab:1:1} r1; done
