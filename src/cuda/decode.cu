@@ -165,7 +165,7 @@ namespace {
 using RingKernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap,
                             const CUtensorMap, const CUtensorMap, const DecodeCache,
                             const fold_decode_params_t, const Ws, const int, int64_t *, const int,
-                            const int32_t *, const int, const int);
+                            const int32_t *, const int, const int, const int);
 template <int NP, bool F16, bool V8 = false, bool WIN = false>
 RingKernel ring_kernel_rb(int nrb, int stages) {
   if (nrb <= 1)
@@ -375,6 +375,18 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // for A/B runs (the front then triggers at its end; split2 keeps its loads before its wait,
   // which then overlap nothing); without PDL it does nothing. Scheduling only: the same bits.
   const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
+  // L2PF: where the split's grid (the capacity's: the host reads no length) is at most one block
+  // per SM, each block's time is its chain of dependent loads, not the bandwidth (the B1 steps:
+  // split2's 128-key steps gather what the step's verdicts name; the ring's chunks past its first
+  // stages wait for a stage), so the dense ring and split2 ask L2 for their split's rows at its
+  // start (l2_prefetch). Larger grids read at the bandwidth, where the values of keys split2 cuts
+  // would be bytes read for nothing. FOLD_DECODE_L2PF=1 / 0 (read per call) forces it on / off,
+  // for A/B runs and the bit test. Scheduling only: the same bits.
+  const int l2pf_knob = env_tristate("FOLD_DECODE_L2PF");
+  const int l2pf =
+      l2pf_knob >= 0
+          ? l2pf_knob
+          : (static_cast<int64_t>(ring ? w.splits : win_splits) * groups <= sm_count() ? 1 : 0);
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;
   launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,
@@ -536,13 +548,13 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split_ring, dim3(static_cast<unsigned>(blocks)), dim3(kRingThreads),
              blocks < items ? smem_fetch : smem_ring, stream, pdl,
              "decode_split_ring_kernel launch", vmap, vbmap, amap, bmap, smap, c, p, ws, 0, stats,
-             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early, p.window_before);
+             env_on("FOLD_DECODE_RING_FULL") ? 1 : 0, lengths, early, p.window_before, l2pf);
   } else if (screen)
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)
     launch_k(split2_k, win_grid, dim3(kThreads), smem2, stream, pdl, "decode_split2_kernel launch",
-             c, p, ws, stats, lengths);
+             c, p, ws, stats, lengths, l2pf);
   else
     launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,
              ws, out, lse, 0, stats, 0);

@@ -65,3 +65,14 @@ __device__ __forceinline__ void stat_add(unsigned long long *p, int64_t v) {
 __host__ __device__ __forceinline__ int32_t window_first(int32_t L, int32_t w) {
   return w > 0 && L > w ? L - w : 0;
 }
+
+// Asks L2 for [p, p + bytes) (p and bytes multiples of 16): one bulk instruction, nothing to wait
+// for and no register or shared memory held. A small grid's split (launch_decode's l2pf) issues it
+// for every row it may gather at its start, so that its later loads, which each depend on the step
+// before (split2's verdicts; the ring's free stages), meet L2 instead of DRAM. A hint only: no
+// value depends on it (the loads that use the rows are the ones they were, issued where they
+// were, and read through L2, which is coherent; the step's new rows are the append kernels',
+// launched before the front).
+__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}

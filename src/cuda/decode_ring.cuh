@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
                              const __grid_constant__ CUtensorMap smap, const DecodeCache c,
                              const fold_decode_params_t p, const Ws ws, const int pass,
                              int64_t *stats, const int full_path, const int32_t *lengths,
-                             const int early, const int window) {
+                             const int early, const int window, const int l2pf) {
   // OVERLAP (early != 0: the front triggered its dependents at its start, so this grid may run
   // beside it): before its wait the kernel reads only what the step's front does not write (the
   // requests' lengths from `lengths`: the append's new lengths when the step appends, which the
@@ -239,6 +239,26 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
       };
       if (waited) ask();
       const Item cur = item_at(it);
+      if (l2pf != 0) {
+        // A small grid (l2pf): every chunk of the item asked of L2 at once, lane i chunk i (an
+        // item is at most kSplitKeys / kChunk chunks), so that the chunks past the ring's first
+        // ST, whose loads wait for a stage to free, meet L2 instead of DRAM. Scheduling only.
+        static_assert(kSplitKeys / kChunk <= 32, "a chunk per lane");
+        const int32_t jp = cur.s0 + kChunk * lane;
+        if (jp < cur.s1) {
+          const int64_t r = key_row(c, cur.b, cur.hk, jp);
+          const uint32_t nk = static_cast<uint32_t>(min(kChunk, cur.s1 - jp));
+          if (V8) {
+            l2_prefetch(c.v_a + r * D, nk * D);
+            l2_prefetch(c.v_b + r * D, nk * D);
+          } else {
+            l2_prefetch(static_cast<const unsigned char *>(c.v) + r * 2 * D, nk * 2 * D);
+          }
+          l2_prefetch(c.k_a + r * D, nk * D);
+          l2_prefetch(c.k_b + r * D, nk * D);
+          l2_prefetch(c.k_scale + r, 2 * kChunk);  // (the scales' row of 64: the TMA box's)
+        }
+      }
       for (int32_t j0 = cur.s0; j0 < cur.s1; j0 += kChunk, ++gci) {
         const int st = static_cast<int>(gci % ST);
         const uint32_t round = gci / ST;

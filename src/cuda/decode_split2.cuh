@@ -218,7 +218,7 @@ template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false, bool WI
 __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
-                                            const int32_t *lengths) {
+                                            const int32_t *lengths, const int l2pf) {
   constexpr int D = 64 * NP;
   constexpr int VR = split2_vrow(D);
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
@@ -305,6 +305,20 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     s_pa[tid] = reinterpret_cast<const unsigned char *>(c.k_a + row * D);
     s_pb[tid] = reinterpret_cast<const unsigned char *>(c.k_b + row * D);
     s_pv[tid] = V8 ? c.v_a + row * D : static_cast<const unsigned char *>(c.v) + row * 2 * D;
+    if (l2pf != 0) {
+      // A small grid (l2pf): the half's values and plane B (those of its live, refined keys are
+      // gathered a step's verdicts later) and plane A past the first step (loaded a step ahead),
+      // asked of L2 now. Scheduling only: the same loads later, the same bits.
+      const uint32_t nk = static_cast<uint32_t>(min(kChunk, s1 - (s0 + tid * kChunk)));
+      if (V8) {
+        l2_prefetch(c.v_a + row * D, nk * D);
+        l2_prefetch(c.v_b + row * D, nk * D);
+      } else {
+        l2_prefetch(static_cast<const unsigned char *>(c.v) + row * 2 * D, nk * 2 * D);
+      }
+      l2_prefetch(c.k_b + row * D, nk * D);
+      if (tid >= 2) l2_prefetch(c.k_a + row * D, nk * D);
+    }
   }
   if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
   // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
@@ -840,17 +854,17 @@ template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB
           bool V8 = false, bool WIN = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
-                         int64_t *stats, const int32_t *lengths) {
+                         int64_t *stats, const int32_t *lengths, const int l2pf) {
   int s = static_cast<int>(blockIdx.x);
   if constexpr (WIN) s += window_first(lengths[blockIdx.z], p.window_before) / kSplitKeys;
   // (split2_item waits for the front once its first loads are in flight.)
   split2_item<NP, SA, WIDE, RB, F16, V8, WIN>(c, p, ws, 0, stats, s, blockIdx.y, blockIdx.z,
-                                              lengths);
+                                              lengths, l2pf);
   pdl_trigger();
 }
 
 using Split2Kernel = void (*)(const DecodeCache, const fold_decode_params_t, const Ws, int64_t *,
-                              const int32_t *);
+                              const int32_t *, int);
 
 // The kernel instance of a plan (plan.on). Without SA: three blocks per SM at D 64 (80
 // registers, no spills; 22% faster than two at large batch), two at D 128 (120 registers;

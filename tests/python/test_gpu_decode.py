@@ -419,6 +419,54 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, v8, depth, blocks, monkeypat
         assert s0 == s1, (s0, s1)
 
 
+@pytest.mark.parametrize("sched", ["-", "fetch+sa"])
+@pytest.mark.parametrize("depth", [None, 16.0])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,v8",
+    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
+     (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
+)
+def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkeypatch):
+    # A small grid's dense ring and split2 ask L2 for their split's rows at its start (the
+    # default where the split grid is at most one block per SM, as here; FOLD_DECODE_L2PF=1 / 0
+    # forces it). A hint only: output, LSE and read statistics bit for bit with and without, for
+    # an attend, two steps that append (their new rows among those asked for) and a windowed
+    # attend (the first split's item starts at the window's chunk), on ragged lengths with empty
+    # and free requests. depth None runs the dense ring, depth 16 split2 (the screen kept at every
+    # G: FOLD_DECODE_SCREEN=1): narrow at G 3 / 4, wide at G 6, two row blocks at G 16, v8's;
+    # "fetch+sa": the ring's fetching blocks (each item asked for when taken) and split2's plane A
+    # in shared memory. The profiler checks that each arm ran the kernel it means.
+    from torch.profiler import ProfilerActivity, profile
+
+    B = len(RAGGED)
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    if sched != "-":
+        monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", "3")
+        monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "1")
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=37, dtype=dtype)
+    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth, v8=v8)
+              for _ in range(2)]
+    _fill(caches, k, v, RAGGED, chunks=2)
+    kernel = "decode_split_ring_kernel" if depth is None else "decode_split2_kernel"
+    runs = []
+    for arm, cache in enumerate(caches):
+        monkeypatch.setenv("FOLD_DECODE_L2PF", "01"[arm])
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run = [_step(cache, q)]
+            torch.cuda.synchronize()
+        names = {ev.name for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA}
+        assert any(kernel in n for n in names), sorted(names)
+        run += [_step(cache, q.roll(i + 1, dims=1), ks, vs) for i, (ks, vs) in enumerate(steps)]
+        out, lse = fa.fold_attn_with_kvcache(q.to(CUDA), cache, return_lse=True, window_size=(699, 0))
+        runs.append(run + [(out.cpu(), lse.cpu(), cache.stats())])
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3)],
                          ids=["bf16-D128-G4", "f16-D64-G3"])
