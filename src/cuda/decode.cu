@@ -367,7 +367,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // split2's form follows how many blocks per SM its grid holds (decode_split2.cuh). The grid
   // follows the cache's capacity (max_len), not the lengths, which the host does not read.
   // Windowed steps take its WIN instances.
-  const Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(win_splits) * groups, sm_count());
+  Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(win_splits) * groups, sm_count());
+  plan2.pipe = plan2.pipe && !win;  // (windowed steps keep their instances)
   const bool split2 = !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
@@ -452,7 +453,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
-  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa) : 0;
+  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa, plan2.pipe) : 0;
   const Split2Kernel split2_k =
       split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16, c.v8 != 0, win)
              : nullptr;

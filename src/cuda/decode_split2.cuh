@@ -54,10 +54,13 @@ static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte
 static_assert(3 * sizeof(void *) * kS2Halves >= 4 * (kThreads / 32),
               "v8's per-warp v-refined counts reuse the pointer table after the step loop");
 
-__host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false) {
+// pipe: PIPE's second value stage and flag buffer.
+__host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false,
+                                                    bool pipe = false) {
   const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
-         + static_cast<size_t>(kStep2) * split2_vrow(D)    // value stage, one row per key
+         + (pipe ? 2u : 1u) * kStep2 * split2_vrow(D)      // value stage(s), one row per key
+         + (pipe ? 32u : 0u)                               // PIPE: the second verdict flags
          + static_cast<size_t>(pv_kparts(D)) * rs * D * 4  // N's slices
          + static_cast<size_t>(G) * kWS2 * 4               // coarse logits w
          + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
@@ -81,6 +84,7 @@ struct Split2Plan {
   bool on = false;    // split2 at all (else split_item, or a ring)
   bool sa = false;    // plane A through shared memory (three blocks per SM at D 128)
   bool four = false;  // four blocks per SM (D 64, G <= 4; 64 registers)
+  bool pipe = false;  // the next step's screen and gathers before a step's value product (PIPE)
 };
 
 // Measured on the H200 (notes/decode.md section 21, session 13 rounds 1, 3 and 5; split kernel
@@ -127,6 +131,16 @@ inline Split2Plan split2_plan(const DecodeCache &c, const fold_decode_params_t &
     plan.sa = true;
     plan.four = true;
   }
+  // PIPE: where the grid is at most one block per SM (the B1 steps: no other block hides a
+  // block's chain of steps), one block per SM without a register bound, both stage buffers in
+  // shared memory; not with SA (its plane B is loaded where the weights use it) nor in windowed
+  // steps (the launcher: their instances stay as they are). FOLD_DECODE_SPLIT2_PIPE=1 / 0 (read
+  // per call) forces it on (where the form allows it) / off, for A/B runs and the bit test; a
+  // forced block count (FOLD_DECODE_SPLIT2_OCC) turns the default off, so that it runs the
+  // instance it names. Scheduling only: the same bits.
+  const int pipe = env_tristate("FOLD_DECODE_SPLIT2_PIPE");
+  plan.pipe = !plan.sa && (pipe == 1 || (pipe == -1 && blocks <= sms &&
+                                         std::getenv("FOLD_DECODE_SPLIT2_OCC") == nullptr));
   return plan;
 }
 
@@ -173,6 +187,14 @@ __device__ __forceinline__ KeyWeight split2_key_weight(bool live, bool refined, 
   return k;
 }
 
+// Exchanges two values (PIPE's two stage buffers' held-row bits).
+template <typename T>
+__device__ __forceinline__ void swap_values(T &a, T &b) {
+  const T t = a;
+  a = b;
+  b = t;
+}
+
 // The byte at p + off where p and p + off lie in different allocations (v8's two planes: the
 // same row's plane B from its plane A pointer), by integer arithmetic.
 __device__ __forceinline__ const unsigned char *other_plane(const unsigned char *p, int64_t off) {
@@ -214,7 +236,8 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
 // before F adds nothing (the launcher's grid starts at F's split); the split holding F starts at
 // F's 64-key half, whose keys before F are absent like the keys past the split's end (never
 // live nor cut, not counted; their value rows zeroed like any row without a live key).
-template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false, bool WIN = false>
+template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false, bool WIN = false,
+          bool PIPE = false>
 __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
@@ -223,6 +246,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   constexpr int VR = split2_vrow(D);
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
+  static_assert(!PIPE || !SA, "PIPE keeps the refined keys' plane B in registers");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
   // Before the wait below (the front may still run: OVERLAP) only what the front does not write:
@@ -255,8 +279,10 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // Layout: every part whose size depends on G last, so that the others sit at compile-time
   // offsets (their addresses were being recomputed under the register bound).
   unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
-  unsigned char *stage = abuf + (SA ? static_cast<size_t>(kStep2) * D : 0);         // [128][VR]
-  float *ns = reinterpret_cast<float *>(stage + static_cast<size_t>(kStep2) * VR);  // [kp][D][RS]
+  unsigned char *stage = abuf + (SA ? static_cast<size_t>(kStep2) * D : 0);  // [128][VR]
+  // (PIPE: a second [128][VR] stage, then the second step's verdict flags, 32 bytes.)
+  float *ns = reinterpret_cast<float *>(stage + (PIPE ? 2 * kStep2 * VR + 32 : kStep2 * VR));
+  // ([kp][D][RS])
   constexpr int nsz = pv_kparts(D) * RS * D;
   float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
   uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
@@ -464,21 +490,40 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   uint32_t wb =
       static_cast<uint32_t>((r0 * kWS2 + (WIDE ? 0 : kChunk * hs) + 8 * warp + 2 * mt) * 4);
   asm volatile("" : "+r"(wb));
-  for (int si = 0; si < nsteps; ++si) {
+  // Slot sl: half hh(sl) (WIDE: sl; else the lane's half after the exchange), keys kl0(sl),
+  // kl0(sl) + 1 of the step.
+  const auto hh = [&](int sl) { return WIDE ? sl : hs; };
+  const auto kl0 = [&](int sl) { return kChunk * hh(sl) + 8 * warp + 2 * mt; };
+  // What a step's screen and gathers (screen_gather) leave for its weights: the keys present and
+  // their scales, the coarse dots, the verdict bits, the refine verdicts and (without SA) the
+  // refined keys' plane B (kb, above). PIPE: the next step's screen and gathers run between a
+  // step's weights and its value product, so from there on these hold the next step's.
+  bool mpres[NSL][2];
+  float skj[NSL][2];
+  int32_t ca[RB][NSL][4];
+  int vbits[NSL];
+  bool refine[2];
+  // PIPE: the other stage buffer's held rows (rows_held, row_held and V8's plane-B forms above
+  // are those of the buffer the next gathers write; each step's gathers swap them).
+  [[maybe_unused]] uint32_t rows_held_o = 0x33333333u, rows_held_b_o = 0x33333333u;
+  [[maybe_unused]] bool row_held_o[2] = {true, true}, row_held_b_o[2] = {true, true};
+  // The verdict flags of step si (PIPE: two buffers by its parity, the second after the stage's).
+  const auto flags_of = [&](int si) {
+    return PIPE && (si & 1) != 0 ? stage + 2 * kStep2 * VR : s_flag8;
+  };
+  // Step si's screen (coarse dots, verdicts, flags), its gathers (plane B of the refined keys,
+  // the live keys' values into the step's stage buffer) and the step after it's plane A.
+  const auto screen_gather = [&](const int si) {
     const int32_t j0 = s0 + si * kStep2;
     const bool more = si + 1 < nsteps;
     const int64_t *const rows = s_rowbase + 2 * si;  // the cache rows of the step's halves
+    // The step's stage buffer's rows (PIPE: two buffers, by the step's parity).
+    unsigned char *const v_ps = v_p + (PIPE ? (si & 1) * kStep2 * VR : 0);
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
     // WIN: the keys of half 0 of the first step before lo (lo - s0 < 64: only there).
     const int klo0 = WIN && si == 0 ? lo - s0 : 0;
-    // Slot sl: half hh(sl) (WIDE: sl; else the lane's half after the exchange), keys kl0(sl),
-    // kl0(sl) + 1 of the step.
-    const auto hh = [&](int sl) { return WIDE ? sl : hs; };
-    const auto kl0 = [&](int sl) { return kChunk * hh(sl) + 8 * warp + 2 * mt; };
-    bool mpres[NSL][2];
-    float skj[NSL][2];
 #pragma unroll
     for (int sl = 0; sl < NSL; ++sl) {
       const int nk_mine = hh(sl) == 0 ? nkh0 : nkh1;
@@ -498,12 +543,11 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
           ka[h][i] = *reinterpret_cast<const int4 *>(a_p[i] + kChunk * h * D);
     }
     // Coarse dots of both halves (split2_dots), per row block.
-    int32_t ca[RB][NSL][4];
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb) split2_dots<NP, WIDE>(qfrag, rb, lane, hs, ka, ca[rb]);
-    // Per slot: keys 2t (bits 0-2), 2t + 1 (bits 3-5): live, refine, v-refine (V8); OR over rows.
-    int vbits[NSL];
 #pragma unroll
+    // Per slot: keys 2t (bits 0-2), 2t + 1 (bits 3-5): live, refine, v-refine (V8); OR over rows
+    // (into vbits).
     for (int sl = 0; sl < NSL; ++sl) {
       vbits[sl] = 0;
 #pragma unroll
@@ -534,7 +578,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 8);
       if (WIDE) vbits[sl] |= __shfl_xor_sync(0xffffffffu, vbits[sl], 16);
     }
-    bool live[2], refine[2], present[2], vref[2];
+    bool live[2], present[2], vref[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Key kq = 8 warp + (lane >> 2) of half h is key 2t + j of the MMA lanes of half h, t =
@@ -561,7 +605,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     const unsigned int fl = (live[0] ? 1u : 0u) | (live[1] ? 2u : 0u) |
                             (present[0] && !live[0] ? 4u : 0u) | (present[1] && !live[1] ? 8u : 0u);
     const unsigned int lc = __ballot_sync(0xffffffffu, ((fl >> u) & 1u) != 0);
-    if (lane < 4) s_flag8[8 * lane + warp] = (lc & (0x11111111u << lane)) != 0 ? 1 : 0;
+    if (lane < 4) flags_of(si)[8 * lane + warp] = (lc & (0x11111111u << lane)) != 0 ? 1 : 0;
     cnt += (live[0] ? 1u : 0u) + (live[1] ? 1u : 0u) + (refine[0] ? 0x10000u : 0u) +
            (refine[1] ? 0x10000u : 0u);
     // V8: the v-refine verdicts, ballot as lc's live bits (bit 4 k + h: key 8 warp + k, half h).
@@ -593,7 +637,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
 #pragma unroll
         for (int i = 0; i < 2 * NP; ++i) {
           unsigned char *dst =
-              v_p + (kChunk * h + RPI * i) * VR + 16 * ((lane % PPR) ^ ((kv + RPI * i) & 7));
+              v_ps + (kChunk * h + RPI * i) * VR + 16 * ((lane % PPR) ^ ((kv + RPI * i) & 7));
           // (V8: plane B's lanes read c.v_b, vb_off past the half's plane-A pointer.)
           if ((lv >> (4 * RPI * i + h)) & 1u)
             cp_async16(
@@ -605,10 +649,14 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       }
       rows_held = lc & 0x33333333u;
       if constexpr (V8) rows_held_b = lvr & 0x33333333u;
+      if constexpr (PIPE) {  // (the next step writes the other buffer)
+        swap_values(rows_held, rows_held_o);
+        swap_values(rows_held_b, rows_held_b_o);
+      }
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        unsigned char *dst = v_p + kChunk * h * VR;
+        unsigned char *dst = v_ps + kChunk * h * VR;
         if (live[h]) {
           const int64_t rr = rows[h] + kq;
           if (!SA && refine[h]) {
@@ -641,6 +689,10 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
         }
         row_held[h] = live[h];
         if constexpr (V8) row_held_b[h] = vref[h];
+        if constexpr (PIPE) {  // (the next step writes the other buffer)
+          swap_values(row_held[h], row_held_o[h]);
+          swap_values(row_held_b[h], row_held_b_o[h]);
+        }
       }
     }
     cp_async_commit();
@@ -654,6 +706,17 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       }
     }
     if constexpr (SA) cp_async_commit();  // (an empty group when !more)
+  };
+  // PIPE (a grid of at most one block per SM, where a block's time is its chain of steps, each
+  // waiting for the gathers its verdicts issued): step si + 1's screen and gathers are issued
+  // between step si's weights and its value product, so that their memory latency overlaps the
+  // value product and the next weights instead of following them. Only the order in which the
+  // work is issued changes: every value, sum and flush is computed as without it, the same bits.
+  if constexpr (PIPE) screen_gather(0);
+  for (int si = 0; si < nsteps; ++si) {
+    if constexpr (!PIPE) screen_gather(si);
+    const int32_t j0 = s0 + si * kStep2;
+    const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
     // Weights (per slot, the lane's two keys and its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
     const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
@@ -732,6 +795,10 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     else
       cp_async_wait<0>();
     __syncthreads();
+    // PIPE: the next step's screen and gathers (into the other stage and flag buffers; w and
+    // the weights' registers are this step's no more: its weights are done).
+    if constexpr (PIPE)
+      if (si + 1 < nsteps) screen_gather(si + 1);
     // Per half, as split_item per chunk: page flushes, the rows' sums in key order, the value
     // product. E: one sum per thread, thread kThreads - 1 - e for e = k G + g (row g's T, T_lse,
     // cut for k = 0, 1, 2), where one thread per row added all three one after the other: the
@@ -749,8 +816,9 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       const int32_t jh = j0 + kChunk * h;
       // (Byte w is 1 where warp w has a live key: a 16-key step of the value product runs
       // where its two bytes are not both 0, i.e. where split_item's packed key bits are not.)
-      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * h);
-      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(s_flag8 + 8 * (2 + h)) != 0;
+      const unsigned char *const fl8 = flags_of(si);
+      const uint64_t live_mask = *reinterpret_cast<const uint64_t *>(fl8 + 8 * h);
+      const bool chunk_cut = *reinterpret_cast<const uint64_t *>(fl8 + 8 * (2 + h)) != 0;
       const bool new_page = ((s_newpage >> (2 * si + h)) & 1u) != 0;
       if (new_page && page_has_cut) {
         if (const int e = g_first - 2 * G; e >= 0 && e < G) {  // cut[e]'s owner (see above)
@@ -767,7 +835,8 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
         const float *ws8 = wsum + h * 3 * 8 * RS + k * 8 * RS + g;
         ts[e] = add_rn(ts[e], warp_tree8(ws8, RS));
       }
-      const uint32_t a_h = pv_a + static_cast<uint32_t>(kChunk * h * VR);
+      const uint32_t a_h =
+          pv_a + static_cast<uint32_t>(kChunk * h * VR + (PIPE ? (si & 1) * kStep2 * VR : 0));
       const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
       pv_mma_chunk_acc_at<D, F16, kWRow2, RB, V8>(acc, a_h, b_h, VR, live_mask, warp);
     }
@@ -851,15 +920,15 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
 // WIN: the grid covers the splits a window can touch (launch_decode), counted from the split of
 // the request's first window key.
 template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1,
-          bool V8 = false, bool WIN = false>
+          bool V8 = false, bool WIN = false, bool PIPE = false>
 __global__ void __launch_bounds__(kThreads, MINB)
     decode_split2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats, const int32_t *lengths, const int l2pf) {
   int s = static_cast<int>(blockIdx.x);
   if constexpr (WIN) s += window_first(lengths[blockIdx.z], p.window_before) / kSplitKeys;
   // (split2_item waits for the front once its first loads are in flight.)
-  split2_item<NP, SA, WIDE, RB, F16, V8, WIN>(c, p, ws, 0, stats, s, blockIdx.y, blockIdx.z,
-                                              lengths, l2pf);
+  split2_item<NP, SA, WIDE, RB, F16, V8, WIN, PIPE>(c, p, ws, 0, stats, s, blockIdx.y, blockIdx.z,
+                                                    lengths, l2pf);
   pdl_trigger();
 }
 
@@ -875,6 +944,19 @@ using Split2Kernel = void (*)(const DecodeCache, const fold_decode_params_t, con
 // the wide form with two row blocks (FOLD_DECODE_SPLIT2_G16=0 runs split_item there).
 template <bool F16, bool V8 = false, bool WIN = false>
 inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
+  // PIPE (plan.pipe, not windowed): one block per SM, no register bound; the forms by G as below.
+  if constexpr (!WIN) {
+    if (plan.pipe) {
+      if (G > 8)
+        return D == 64 ? decode_split2_kernel<F16, 1, 1, false, true, 2, V8, false, true>
+                       : decode_split2_kernel<F16, 2, 1, false, true, 2, V8, false, true>;
+      if (G > 4)
+        return D == 64 ? decode_split2_kernel<F16, 1, 1, false, true, 1, V8, false, true>
+                       : decode_split2_kernel<F16, 2, 1, false, true, 1, V8, false, true>;
+      return D == 64 ? decode_split2_kernel<F16, 1, 1, false, false, 1, V8, false, true>
+                     : decode_split2_kernel<F16, 2, 1, false, false, 1, V8, false, true>;
+    }
+  }
   const char *occ = std::getenv("FOLD_DECODE_SPLIT2_OCC");
   const int occ_n = occ != nullptr ? std::atoi(occ) : 0;
   const bool three = occ_n == 3 || (occ_n != 2 && D == 64);

@@ -467,6 +467,55 @@ def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkey
         assert s0 == s1, (s0, s1)
 
 
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("depth", [16.0, 8.0])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,v8",
+    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
+     (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
+)
+def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
+    # PIPE (decode_split2.cuh; the default where split2's grid is at most one block per SM, as
+    # here; FOLD_DECODE_SPLIT2_PIPE=1 / 0 forces it): the next 128-key step's screen and gathers
+    # issued before a step's value product, into a second stage and flag buffer. Only the order of
+    # issue changes: output, LSE and read statistics bit for bit with and without, for an attend
+    # and two steps that append, on ragged lengths (splits of one to four steps, so both buffers
+    # and odd step counts; partial halves; empty and free requests), pages of 64 keys (a page
+    # boundary between a step's halves) and 128, depth 8 (more refined keys) and 16; narrow at
+    # G 3 / 4, wide at G 6, two row blocks at G 16, v8's planes. The screen is kept at every G
+    # (FOLD_DECODE_SCREEN=1) and plane A stays in registers (SA off: PIPE's form). The profiler
+    # checks the instance each arm ran (the kernel's last template argument is PIPE).
+    import re
+
+    from torch.profiler import ProfilerActivity, profile
+
+    B = len(RAGGED)
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "0")
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=41, dtype=dtype)
+    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=page, dtype=dtype, depth=depth, v8=v8)
+              for _ in range(2)]
+    _fill(caches, k, v, RAGGED, chunks=2)
+    runs = []
+    for arm, cache in enumerate(caches):
+        monkeypatch.setenv("FOLD_DECODE_SPLIT2_PIPE", "10"[arm])
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run = [_step(cache, q)]
+            torch.cuda.synchronize()
+        args = [m.group(1).split(",")[-1].strip() for ev in prof.events()
+                if ev.device_type == torch.autograd.DeviceType.CUDA
+                for m in [re.search(r"decode_split2_kernel<([^>]*)>", ev.name)] if m]
+        assert args and set(args) == {"true" if arm == 0 else "false"}, args
+        run += [_step(cache, q.roll(i + 1, dims=1), ks, vs) for i, (ks, vs) in enumerate(steps)]
+        runs.append(run)
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3)],
                          ids=["bf16-D128-G4", "f16-D64-G3"])
@@ -524,18 +573,21 @@ def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeyp
      (torch.bfloat16, 128, 1, 16, 64), (torch.float16, 64, 2, 12, 128), (torch.bfloat16, 128, 1, 9, 128)],
 )
 @pytest.mark.parametrize("depth", [16.0, 8.0])
-@pytest.mark.parametrize("sa", ["0", "1"])
-def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, monkeypatch):
+@pytest.mark.parametrize("sa,pipe", [("0", "0"), ("0", "1"), ("1", "0")])
+def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, pipe, monkeypatch):
     # The screened split at G <= 16 runs with two 64-key halves per thread (FOLD_DECODE_SPLIT2=0:
     # the one-half split kernel; decode_split2.cuh; G 9-16: two row blocks). Same arithmetic and orders: the same
     # output, LSE and read statistics bit for bit, on ragged lengths (partial halves and steps,
     # empty requests) and pages of 64 keys (a page boundary between a step's halves); and the
     # CPU reference within one rounding.
     # FOLD_DECODE_SPLIT2_SA=1: plane A through shared memory (three blocks per SM at D 128;
-    # G 9-16, two row blocks, always runs from registers).
+    # G 9-16, two row blocks, always runs from registers). FOLD_DECODE_SPLIT2_PIPE=1: the next
+    # step's screen and gathers before a step's value product (the default on grids of at most
+    # one block per SM, as here; the register forms only), 0 the register forms in step order.
     if G > 8 and sa == "1":
         pytest.skip("G 9-16 runs from registers only (SA is never picked there)")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_PIPE", pipe)
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")  # G 5-16 (no effect at G <= 4)
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_G16", "1")  # G 9-16
     B = len(RAGGED)
