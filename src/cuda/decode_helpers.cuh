@@ -76,3 +76,18 @@ __host__ __device__ __forceinline__ int32_t window_first(int32_t L, int32_t w) {
 __device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
+
+// Asks L2 for the value rows of nk keys from cache row `row` (v8: both E4M3 planes, D bytes a key
+// each; else the 16-bit rows) and for their key plane B: what a small grid's dense ring and split2
+// ask of each chunk (l2pf) besides plane A and the scales.
+template <int D, bool V8>
+__device__ __forceinline__ void l2_prefetch_values_b(const DecodeCache &c, int64_t row,
+                                                     uint32_t nk) {
+  if constexpr (V8) {
+    l2_prefetch(c.v_a + row * D, nk * D);
+    l2_prefetch(c.v_b + row * D, nk * D);
+  } else {
+    l2_prefetch(static_cast<const unsigned char *>(c.v) + row * 2 * D, nk * 2 * D);
+  }
+  l2_prefetch(c.k_b + row * D, nk * D);
+}

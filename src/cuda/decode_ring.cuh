@@ -248,14 +248,8 @@ __global__ void __launch_bounds__(kRingThreads, RBM <= 4 ? 3 : 2)
         if (jp < cur.s1) {
           const int64_t r = key_row(c, cur.b, cur.hk, jp);
           const uint32_t nk = static_cast<uint32_t>(min(kChunk, cur.s1 - jp));
-          if (V8) {
-            l2_prefetch(c.v_a + r * D, nk * D);
-            l2_prefetch(c.v_b + r * D, nk * D);
-          } else {
-            l2_prefetch(static_cast<const unsigned char *>(c.v) + r * 2 * D, nk * 2 * D);
-          }
+          l2_prefetch_values_b<D, V8>(c, r, nk);
           l2_prefetch(c.k_a + r * D, nk * D);
-          l2_prefetch(c.k_b + r * D, nk * D);
           l2_prefetch(c.k_scale + r, 2 * kChunk);  // (the scales' row of 64: the TMA box's)
         }
       }

@@ -336,13 +336,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       // gathered a step's verdicts later) and plane A past the first step (loaded a step ahead),
       // asked of L2 now. Scheduling only: the same loads later, the same bits.
       const uint32_t nk = static_cast<uint32_t>(min(kChunk, s1 - (s0 + tid * kChunk)));
-      if (V8) {
-        l2_prefetch(c.v_a + row * D, nk * D);
-        l2_prefetch(c.v_b + row * D, nk * D);
-      } else {
-        l2_prefetch(static_cast<const unsigned char *>(c.v) + row * 2 * D, nk * 2 * D);
-      }
-      l2_prefetch(c.k_b + row * D, nk * D);
+      l2_prefetch_values_b<D, V8>(c, row, nk);
       if (tid >= 2) l2_prefetch(c.k_a + row * D, nk * D);
     }
   }

@@ -419,6 +419,36 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, v8, depth, blocks, monkeypat
         assert s0 == s1, (s0, s1)
 
 
+def _two_arms_same_bits(monkeypatch, knob, ran, dtype, D, Hkv, G, seed, window=False, **cache_kw):
+    # A scheduling switch's two arms (knob "1" / "0", read per call) on two caches filled alike
+    # (ragged lengths with empty and free requests): an attend under the profiler (ran(names,
+    # value) checks the kernels the arm ran), two steps that append, and with `window` a windowed
+    # attend; output, LSE and read statistics bit for bit between the arms.
+    from torch.profiler import ProfilerActivity, profile
+
+    B = len(RAGGED)
+    q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
+    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
+    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, dtype=dtype, **cache_kw) for _ in range(2)]
+    _fill(caches, k, v, RAGGED, chunks=2)
+    runs = []
+    for value, cache in zip("10", caches):
+        monkeypatch.setenv(knob, value)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run = [_step(cache, q)]
+            torch.cuda.synchronize()
+        ran({ev.name for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA}, value)
+        run += [_step(cache, q.roll(i + 1, dims=1), ks, vs) for i, (ks, vs) in enumerate(steps)]
+        if window:
+            out, lse = fa.fold_attn_with_kvcache(q.to(CUDA), cache, return_lse=True, window_size=(699, 0))
+            run.append((out.cpu(), lse.cpu(), cache.stats()))
+        runs.append(run)
+    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
+        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
+        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
+        assert s0 == s1, (s0, s1)
+
+
 @pytest.mark.parametrize("sched", ["-", "fetch+sa"])
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize(
@@ -437,34 +467,17 @@ def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkey
     # G: FOLD_DECODE_SCREEN=1): narrow at G 3 / 4, wide at G 6, two row blocks at G 16, v8's;
     # "fetch+sa": the ring's fetching blocks (each item asked for when taken) and split2's plane A
     # in shared memory. The profiler checks that each arm ran the kernel it means.
-    from torch.profiler import ProfilerActivity, profile
-
-    B = len(RAGGED)
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     if sched != "-":
         monkeypatch.setenv("FOLD_DECODE_RING_BLOCKS", "3")
         monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "1")
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=37, dtype=dtype)
-    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=128, dtype=dtype, depth=depth, v8=v8)
-              for _ in range(2)]
-    _fill(caches, k, v, RAGGED, chunks=2)
     kernel = "decode_split_ring_kernel" if depth is None else "decode_split2_kernel"
-    runs = []
-    for arm, cache in enumerate(caches):
-        monkeypatch.setenv("FOLD_DECODE_L2PF", "01"[arm])
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run = [_step(cache, q)]
-            torch.cuda.synchronize()
-        names = {ev.name for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA}
+
+    def ran(names, value):
         assert any(kernel in n for n in names), sorted(names)
-        run += [_step(cache, q.roll(i + 1, dims=1), ks, vs) for i, (ks, vs) in enumerate(steps)]
-        out, lse = fa.fold_attn_with_kvcache(q.to(CUDA), cache, return_lse=True, window_size=(699, 0))
-        runs.append(run + [(out.cpu(), lse.cpu(), cache.stats())])
-    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
-        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
-        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
-        assert s0 == s1, (s0, s1)
+
+    _two_arms_same_bits(monkeypatch, "FOLD_DECODE_L2PF", ran, dtype, D, Hkv, G, seed=37, window=True,
+                        page_size=128, depth=depth, v8=v8)
 
 
 @pytest.mark.parametrize("page", [64, 128])
@@ -488,32 +501,16 @@ def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeyp
     # checks the instance each arm ran (the kernel's last template argument is PIPE).
     import re
 
-    from torch.profiler import ProfilerActivity, profile
-
-    B = len(RAGGED)
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "0")
-    q, k, v = synth(B, Hkv, G, D, 2100, seed=41, dtype=dtype)
-    steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
-    caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, page_size=page, dtype=dtype, depth=depth, v8=v8)
-              for _ in range(2)]
-    _fill(caches, k, v, RAGGED, chunks=2)
-    runs = []
-    for arm, cache in enumerate(caches):
-        monkeypatch.setenv("FOLD_DECODE_SPLIT2_PIPE", "10"[arm])
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run = [_step(cache, q)]
-            torch.cuda.synchronize()
-        args = [m.group(1).split(",")[-1].strip() for ev in prof.events()
-                if ev.device_type == torch.autograd.DeviceType.CUDA
-                for m in [re.search(r"decode_split2_kernel<([^>]*)>", ev.name)] if m]
-        assert args and set(args) == {"true" if arm == 0 else "false"}, args
-        run += [_step(cache, q.roll(i + 1, dims=1), ks, vs) for i, (ks, vs) in enumerate(steps)]
-        runs.append(run)
-    for (o0, l0, s0), (o1, l1, s1) in zip(*runs):
-        assert torch.equal(o0.view(torch.int16), o1.view(torch.int16))
-        assert torch.equal(l0.view(torch.int32), l1.view(torch.int32))
-        assert s0 == s1, (s0, s1)
+
+    def ran(names, value):
+        args = [m.group(1).split(",")[-1].strip() for n in names
+                for m in [re.search(r"decode_split2_kernel<([^>]*)>", n)] if m]
+        assert args and set(args) == {"true" if value == "1" else "false"}, args
+
+    _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PIPE", ran, dtype, D, Hkv, G, seed=41,
+                        page_size=page, depth=depth, v8=v8)
 
 
 @pytest.mark.parametrize("depth", [None, 16.0])
