@@ -376,18 +376,13 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // for A/B runs (the front then triggers at its end; split2 keeps its loads before its wait,
   // which then overlap nothing); without PDL it does nothing. Scheduling only: the same bits.
   const int early = (ring || split2) && pdl && env_on("FOLD_DECODE_OVERLAP") ? 1 : 0;
-  // L2PF: where the split's grid (the capacity's: the host reads no length) is at most one block
-  // per SM, each block's time is its chain of dependent loads, not the bandwidth (the B1 steps:
-  // split2's 128-key steps gather what the step's verdicts name; the ring's chunks past its first
-  // stages wait for a stage), so the dense ring and split2 ask L2 for their split's rows at its
-  // start (l2_prefetch). Larger grids read at the bandwidth, where the values of keys split2 cuts
-  // would be bytes read for nothing. FOLD_DECODE_L2PF=1 / 0 (read per call) forces it on / off,
-  // for A/B runs and the bit test. Scheduling only: the same bits.
-  const int l2pf_knob = env_tristate("FOLD_DECODE_L2PF");
-  const int l2pf =
-      l2pf_knob >= 0
-          ? l2pf_knob
-          : (static_cast<int64_t>(ring ? w.splits : win_splits) * groups <= sm_count() ? 1 : 0);
+  // L2PF (off unless FOLD_DECODE_L2PF=1, read per call): the dense ring and split2 ask L2 for
+  // their split's rows at its start (l2_prefetch), meant for grids of at most one block per SM,
+  // where a block's time is its chain of dependent loads. Measured (session 52, H100, graphed B1
+  // attends): with PIPE it gains at most 0.3 us (D 64, L <= 2K) and costs 0.5-6 us elsewhere
+  // (D 128, L 4K-16K, B4: the prefetch's reads slow the front beside it), so it is not a default.
+  // Scheduling only: the same bits (FOLD_DECODE_L2PF=1 / 0 in the bit test).
+  const int l2pf = env_tristate("FOLD_DECODE_L2PF") == 1 ? 1 : 0;
   // The lengths those kernels read before their wait: the append's, which the front publishes.
   const int32_t *lengths = appended ? w.newlen : c.lengths;
   launch_k(front, front_grid, dim3(half ? kThreads / 2 : kThreads), 0, stream, pdl,

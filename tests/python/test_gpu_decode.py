@@ -458,9 +458,9 @@ def _two_arms_same_bits(monkeypatch, knob, ran, dtype, D, Hkv, G, seed, window=F
     ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
 )
 def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkeypatch):
-    # A small grid's dense ring and split2 ask L2 for their split's rows at its start (the
-    # default where the split grid is at most one block per SM, as here; FOLD_DECODE_L2PF=1 / 0
-    # forces it). A hint only: output, LSE and read statistics bit for bit with and without, for
+    # A small grid's dense ring and split2 ask L2 for their split's rows at its start
+    # (FOLD_DECODE_L2PF=1; off by default, the grids here of at most one block per SM as it is
+    # meant for). A hint only: output, LSE and read statistics bit for bit with and without, for
     # an attend, two steps that append (their new rows among those asked for) and a windowed
     # attend (the first split's item starts at the window's chunk), on ragged lengths with empty
     # and free requests. depth None runs the dense ring, depth 16 split2 (the screen kept at every
