@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Prepared in session 52 (its device time ran out before this call): PAIR as the small grids'
+# default (library s52pd = main + patches/pair-prepared.patch) against s52m (main). First
+# `bash benchmarks/results/session52/scripts/prepare.sh` here, then on the device, carrying
+# .ab/s52pd.so.xz, .ab/s52pd.commit, .ab/s52pd.test_gpu_decode.py, .ab/s52m.so.xz, .ab/s52m.commit:
+#   OUT=$OUT bash benchmarks/results/session52/scripts/next_round.sh
+# 1. large grids, depth 16 (the patch restructures split2's loop into lambdas for every instance:
+#    ptxas -4 to +2 registers in most, some v8 ones -15 to -24, and a 12-16-byte spill in the D 64
+#    four-blocks-per-SM register instances, reached only by FOLD_DECODE_SPLIT2_OCC=4); 2. B1 times
+#    at the default; 3. the decode GPU files and the sinks file on the default; 4. the whole suite.
+set -u
+cd "$(dirname "$0")/../../../.."
+source notes/prepared/round_common.sh s52pd s52m
+cp .ab/s52pd.test_gpu_decode.py tests/python/test_gpu_decode.py  # (this copy of the tree only)
+nvidia-smi --query-gpu=name --format=csv,noheader >> "$OUT/summary.txt"
+BIG="32,8192,9,3,64;128,4096,9,3,64;32,8192,32,8,128;16,16384,32,4,128"
+for r in 1 2; do
+  for lib in s52m s52pd; do
+    step big_${lib}_r$r 40 env FOLD_ATTENTION_LIBRARY=$(L $lib) $KT "$BIG"
+  done
+done
+S="1,512,9,3,64;1,2048,9,3,64;1,8192,9,3,64;1,4096,32,8,128;1,16384,32,8,128;4,4096,32,8,128"
+for lib in s52m s52pd; do
+  step kt_$lib 60 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_kernel_times.py --shapes "$S"
+done
+chk gpu_decode 220 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging \
+  -x tests/python/test_gpu_decode*.py tests/python/test_gpu_sinks.py
+chk gpu_all 330 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging tests/python
+tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
+grep "^==" "$OUT/summary.txt"
+grep -hE "passed|failed" "$LOGS"/gpu_decode.log "$LOGS"/gpu_all.log 2>/dev/null
+for f in "$LOGS"/big_*.log "$LOGS"/kt_*.log; do echo "-- $(basename $f)"; grep -E "graphed|split2" $f; done
+exit $fail
