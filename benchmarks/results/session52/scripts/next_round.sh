@@ -7,7 +7,8 @@
 # 1. large grids, depth 16 (the patch restructures split2's loop into lambdas for every instance:
 #    ptxas -4 to +2 registers in most, some v8 ones -15 to -24, and a 12-16-byte spill in the D 64
 #    four-blocks-per-SM register instances, reached only by FOLD_DECODE_SPLIT2_OCC=4); 2. B1 times
-#    at the default; 3. the decode GPU files and the sinks file on the default; 4. the whole suite.
+#    at the default, and split2's own time by step count in each form; 3. the decode GPU files and
+#    the sinks file on the default; 4. the whole suite.
 set -u
 cd "$(dirname "$0")/../../../.."
 source notes/prepared/round_common.sh s52pd s52m
@@ -23,11 +24,20 @@ S="1,512,9,3,64;1,2048,9,3,64;1,8192,9,3,64;1,4096,32,8,128;1,16384,32,8,128;4,4
 for lib in s52m s52pd; do
   step kt_$lib 60 env FOLD_ATTENTION_LIBRARY=$(L $lib) python3 scripts/decode_kernel_times.py --shapes "$S"
 done
+# split2's own time (OVERLAP 0) by step count (B1 H 9/3 D 64, L 128-512: one to four steps) in
+# each form: in order, PIPE, PAIR (what a step and a pair cost; section 61's open question).
+L4="1,128,9,3,64;1,256,9,3,64;1,384,9,3,64;1,512,9,3,64"
+for form in "0 0" "1 0" "0 1"; do
+  set -- $form
+  step own_pipe$1_pair$2 40 env FOLD_ATTENTION_LIBRARY=$(L s52pd) FOLD_DECODE_OVERLAP=0 \
+    FOLD_DECODE_SPLIT2_PIPE=$1 FOLD_DECODE_SPLIT2_PAIR=$2 python3 scripts/decode_kernel_times.py \
+    --screened-only --shapes "$L4"
+done
 chk gpu_decode 220 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging \
   -x tests/python/test_gpu_decode*.py tests/python/test_gpu_sinks.py
 chk gpu_all 330 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging tests/python
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
 grep -hE "passed|failed" "$LOGS"/gpu_decode.log "$LOGS"/gpu_all.log 2>/dev/null
-for f in "$LOGS"/big_*.log "$LOGS"/kt_*.log; do echo "-- $(basename $f)"; grep -E "graphed|split2" $f; done
+for f in "$LOGS"/big_*.log "$LOGS"/kt_*.log "$LOGS"/own_*.log; do echo "-- $(basename $f)"; grep -E "graphed|split2" $f; done
 exit $fail
