@@ -8,7 +8,8 @@
 #    ptxas -4 to +2 registers in most, some v8 ones -15 to -24, and a 12-16-byte spill in the D 64
 #    four-blocks-per-SM register instances, reached only by FOLD_DECODE_SPLIT2_OCC=4); 2. B1 times
 #    at the default, and split2's own time by step count in each form; 3. the decode GPU files and
-#    the sinks file on the default; 4. the whole suite.
+#    the sinks file on the default; 4. racecheck and synccheck of the decode smoke; 5. the whole
+#    suite.
 set -u
 cd "$(dirname "$0")/../../../.."
 source notes/prepared/round_common.sh s52pd s52m
@@ -35,9 +36,15 @@ for form in "0 0" "1 0" "0 1"; do
 done
 chk gpu_decode 220 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging \
   -x tests/python/test_gpu_decode*.py tests/python/test_gpu_sinks.py
+# PAIR is the default on the smoke's small grids: racecheck and synccheck (the review's request).
+for tool in racecheck synccheck; do
+  chk $tool 120 env FOLD_ATTENTION_LIBRARY=$(L s52pd) compute-sanitizer --tool $tool --error-exitcode 1 \
+    python3 scripts/gpu_smoke.py --decode-only
+done
 chk gpu_all 330 env FOLD_ATTENTION_LIBRARY=$(L s52pd) python3 -m pytest -q -m gpu -p no:logging tests/python
 tar czf "$OUT/logs.tgz" -C "$(dirname "$LOGS")" logs
 grep "^==" "$OUT/summary.txt"
-grep -hE "passed|failed" "$LOGS"/gpu_decode.log "$LOGS"/gpu_all.log 2>/dev/null
+grep -hE "passed|failed|SUMMARY" "$LOGS"/gpu_decode.log "$LOGS"/racecheck.log "$LOGS"/synccheck.log \
+  "$LOGS"/gpu_all.log 2>/dev/null
 for f in "$LOGS"/big_*.log "$LOGS"/kt_*.log "$LOGS"/own_*.log; do echo "-- $(basename $f)"; grep -E "graphed|split2" $f; done
 exit $fail
