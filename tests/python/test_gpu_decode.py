@@ -449,14 +449,18 @@ def _two_arms_same_bits(monkeypatch, knob, ran, dtype, D, Hkv, G, seed, window=F
         assert s0 == s1, (s0, s1)
 
 
-@pytest.mark.parametrize("sched", ["-", "fetch+sa"])
-@pytest.mark.parametrize("depth", [None, 16.0])
-@pytest.mark.parametrize(
+# The scheduling bit tests' caches: narrow G 3 / 4, wide G 6, two row blocks G 16, v8's planes.
+SCHED_CASES = pytest.mark.parametrize(
     "dtype,D,Hkv,G,v8",
     [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
      (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
     ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
 )
+
+
+@pytest.mark.parametrize("sched", ["-", "fetch+sa"])
+@pytest.mark.parametrize("depth", [None, 16.0])
+@SCHED_CASES
 def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkeypatch):
     # A small grid's dense ring and split2 ask L2 for their split's rows at its start
     # (FOLD_DECODE_L2PF=1; off by default, the grids here of at most one block per SM as it is
@@ -482,12 +486,7 @@ def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkey
 
 @pytest.mark.parametrize("page", [64, 128])
 @pytest.mark.parametrize("depth", [16.0, 8.0])
-@pytest.mark.parametrize(
-    "dtype,D,Hkv,G,v8",
-    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
-     (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
-    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
-)
+@SCHED_CASES
 def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
     # PIPE (decode_split2.cuh; the default where split2's grid is at most one block per SM, as
     # here; FOLD_DECODE_SPLIT2_PIPE=1 / 0 forces it): the next 128-key step's screen and gathers
