@@ -379,7 +379,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // L2PF (off unless FOLD_DECODE_L2PF=1, read per call): the dense ring and split2 ask L2 for
   // their split's rows at its start (l2_prefetch), meant for grids of at most one block per SM,
   // where a block's time is its chain of dependent loads. Measured (session 52, H100, graphed B1
-  // attends): with PIPE it gains at most 0.3 us (D 64, L <= 2K) and costs 0.5-6 us elsewhere
+  // attends): with PIPE it gains at most 0.3 us (D 64, L <= 2K) and costs 0.5-8 us elsewhere
   // (D 128, L 4K-16K, B4: the prefetch's reads slow the front beside it), so it is not a default.
   // Scheduling only: the same bits (FOLD_DECODE_L2PF=1 / 0 in the bit test).
   const int l2pf = env_tristate("FOLD_DECODE_L2PF") == 1 ? 1 : 0;
