@@ -369,6 +369,7 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   // Windowed steps take its WIN instances.
   Split2Plan plan2 = split2_plan(c, p, static_cast<int64_t>(win_splits) * groups, sm_count());
   plan2.pipe = plan2.pipe && !win;  // (windowed steps keep their instances)
+  plan2.pair = plan2.pair && !win;
   const bool split2 = !ring && !screen && plan2.on;
   // OVERLAP: the front lets the dense ring or split2 start beside it; they issue their first loads
   // of the cache while the front computes Z and wait only before reading its output
@@ -448,7 +449,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
   if (ring)
     set_max_dynamic_smem(reinterpret_cast<const void *>(split_ring), static_cast<int>(smem_ring),
                          "decode_split_ring_kernel");
-  const size_t smem2 = split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa, plan2.pipe) : 0;
+  const size_t smem2 =
+      split2 ? split2_smem_bytes(G, c.head_dim, plan2.sa, plan2.pipe, plan2.pair) : 0;
   const Split2Kernel split2_k =
       split2 ? split2_kernel(plan2, G, c.head_dim, c.dtype == FOLD_DTYPE_F16, c.v8 != 0, win)
              : nullptr;
@@ -549,8 +551,8 @@ void launch_decode(const fold_kvcache_t &cache, const fold_decode_params_t &p, f
     launch_k(split_screen, split_grid, dim3(kRingThreads), smem_screen, stream, pdl,
              "decode_split_screen_kernel launch", amap, smap, c, p, ws, 0, stats);
   else if (split2)
-    launch_k(split2_k, win_grid, dim3(kThreads), smem2, stream, pdl, "decode_split2_kernel launch",
-             c, p, ws, stats, lengths, l2pf);
+    launch_k(split2_k, win_grid, dim3(plan2.pair ? 2 * kThreads : kThreads), smem2, stream, pdl,
+             "decode_split2_kernel launch", c, p, ws, stats, lengths, l2pf);
   else
     launch_k(split, win_grid, dim3(kThreads), smem, stream, pdl, "decode_split_kernel launch", c, p,
              ws, out, lse, 0, stats, 0);

@@ -38,33 +38,35 @@ __host__ __device__ constexpr int split2_apiece(int D, int kq, int p) {
 // verdict flags, the flushed pages' last keys, the warps' counts, the page starts, the halves'
 // plane A / value / plane B pointers. Then the row constants [rows][4] (float4) and w.
 constexpr int kS2Halves = kSplitKeys / kChunk;
-constexpr int kS2Scale = 0;                                  // uint16_t [kSplitKeys]
-constexpr int kS2RowBase = kS2Scale + 2 * kSplitKeys;        // int64_t [kS2Halves]
-constexpr int kS2Row0 = kS2RowBase + 8 * kS2Halves;          // int64_t
-constexpr int kS2Flag8 = kS2Row0 + 8;                        // unsigned char [4][8]
-constexpr int kS2PageLast = kS2Flag8 + 4 * 8;                // int32_t [kPagesPerSplit]
-constexpr int kS2WCount = kS2PageLast + 4 * kPagesPerSplit;  // uint32_t [kThreads / 32]
-constexpr int kS2NewPage = kS2WCount + 4 * (kThreads / 32);  // uint32_t
-constexpr int kS2Ptr = kS2NewPage + 8;                       // pointers [a, v, b][kS2Halves]
+constexpr int kS2Scale = 0;                                      // uint16_t [kSplitKeys]
+constexpr int kS2RowBase = kS2Scale + 2 * kSplitKeys;            // int64_t [kS2Halves]
+constexpr int kS2Row0 = kS2RowBase + 8 * kS2Halves;              // int64_t
+constexpr int kS2Flag8 = kS2Row0 + 8;                            // unsigned char [4][8]
+constexpr int kS2PageLast = kS2Flag8 + 4 * 8;                    // int32_t [kPagesPerSplit]
+constexpr int kS2WCount = kS2PageLast + 4 * kPagesPerSplit;      // uint32_t [2 kThreads / 32]
+constexpr int kS2NewPage = kS2WCount + 4 * (2 * kThreads / 32);  // uint32_t
+constexpr int kS2Ptr = kS2NewPage + 8;                           // pointers [a, v, b][kS2Halves]
 constexpr int kS2Fixed = kS2Ptr + 3 * static_cast<int>(sizeof(void *)) * kS2Halves;
 static_assert(kS2Scale % 16 == 0, "cp.async of the key scales: 16-byte aligned");
 static_assert(kS2RowBase % 8 == 0 && kS2Row0 % 8 == 0 && kS2Flag8 % 8 == 0 && kS2Ptr % 8 == 0,
               "64-bit tables (the flags are read as uint64_t): 8-byte aligned");
 static_assert(kS2Fixed % 16 == 0, "the row constants are read as float4: 16-byte aligned");
-static_assert(3 * sizeof(void *) * kS2Halves >= 4 * (kThreads / 32),
+static_assert(3 * sizeof(void *) * kS2Halves >= 4 * (2 * kThreads / 32),
               "v8's per-warp v-refined counts reuse the pointer table after the step loop");
 
-// pipe: PIPE's second value stage and flag buffer.
+// pipe: PIPE's second value stage and flag buffer; pair: PAIR's (the second warp group's), with
+// its own coarse logits, warp sums and operand weights.
 __host__ __device__ inline size_t split2_smem_bytes(int G, int D, bool sa = false,
-                                                    bool pipe = false) {
-  const size_t rs = G > 8 ? 16 : 8;                        // rows of the row blocks (RB = 2 / 1)
+                                                    bool pipe = false, bool pair = false) {
+  const size_t rs = G > 8 ? 16 : 8;  // rows of the row blocks (RB = 2 / 1)
+  const size_t two = pipe || pair ? 2u : 1u, two_p = pair ? 2u : 1u;
   return (sa ? static_cast<size_t>(kStep2) * D : 0)        // plane A of a step (SA)
-         + (pipe ? 2u : 1u) * kStep2 * split2_vrow(D)      // value stage(s), one row per key
-         + (pipe ? 32u : 0u)                               // PIPE: the second verdict flags
+         + two * kStep2 * split2_vrow(D)                   // value stage(s), one row per key
+         + (two - 1) * 32u                                 // the second verdict flags
          + static_cast<size_t>(pv_kparts(D)) * rs * D * 4  // N's slices
-         + static_cast<size_t>(G) * kWS2 * 4               // coarse logits w
-         + 2u * 3 * 8 * rs * 4                             // warp sums [half][3][warp][rs]
-         + rs * kWRow2 * 2                                 // operand weights [rs][kWRow2]
+         + two_p * G * kWS2 * 4                            // coarse logits w
+         + two_p * 2 * 3 * 8 * rs * 4                      // warp sums [half][3][warp][rs]
+         + two_p * rs * kWRow2 * 2                         // operand weights [rs][kWRow2]
          + rs * 2 * D                                      // q planes (MMA A fragments)
          + (3u + kPagesPerSplit) * G * 4                   // per-row sums, page cuts
          + kS2Fixed                                        // the fixed-size tables
@@ -85,6 +87,7 @@ struct Split2Plan {
   bool sa = false;    // plane A through shared memory (three blocks per SM at D 128)
   bool four = false;  // four blocks per SM (D 64, G <= 4; 64 registers)
   bool pipe = false;  // the next step's screen and gathers before a step's value product (PIPE)
+  bool pair = false;  // two warp groups screening steps 2k and 2k + 1 at once (PAIR)
 };
 
 // Measured on the H200 (notes/decode.md section 21, session 13 rounds 1, 3 and 5; split kernel
@@ -141,6 +144,13 @@ inline Split2Plan split2_plan(const DecodeCache &c, const fold_decode_params_t &
   const int pipe = env_tristate("FOLD_DECODE_SPLIT2_PIPE");
   plan.pipe = !plan.sa && (pipe == 1 || (pipe == -1 && blocks <= sms &&
                                          std::getenv("FOLD_DECODE_SPLIT2_OCC") == nullptr));
+  // PAIR (split2_item): blocks of two warp groups, one block per SM, the register form; forced
+  // only (FOLD_DECODE_SPLIT2_PAIR=1, read per call) until measured. It replaces PIPE and SA.
+  // Scheduling only: the same bits.
+  if (env_tristate("FOLD_DECODE_SPLIT2_PAIR") == 1) {
+    plan.pair = true;
+    plan.sa = plan.four = plan.pipe = false;
+  }
   return plan;
 }
 
@@ -237,7 +247,7 @@ __device__ __forceinline__ uint32_t pv_a_base_v8(const unsigned char *sv, int VR
 // F's 64-key half, whose keys before F are absent like the keys past the split's end (never
 // live nor cut, not counted; their value rows zeroed like any row without a live key).
 template <int NP, bool SA, bool WIDE, int RB, bool F16, bool V8 = false, bool WIN = false,
-          bool PIPE = false>
+          bool PIPE = false, bool PAIR = false>
 __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_decode_params_t &p,
                                             const Ws &ws, const int pass, int64_t *stats,
                                             const int s, const int hk, const int b,
@@ -247,6 +257,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   static_assert(RB == 1 || (RB == 2 && WIDE && !SA), "two row blocks: the wide form only");
   static_assert(!V8 || !F16, "v8 weights are bf16 operands (the bf16 guard window)");
   static_assert(!PIPE || !SA, "PIPE keeps the refined keys' plane B in registers");
+  static_assert(!PAIR || (!SA && !PIPE && !WIN), "PAIR: the register form, not windowed");
   constexpr int RS = 8 * RB;  // rows of the row blocks
   extern __shared__ __align__(16) unsigned char smem[];
   // Before the wait below (the front may still run: OVERLAP) only what the front does not write:
@@ -270,7 +281,14 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   const int32_t lo = WIN ? max(sb, F) : sb;
   const int32_t s0 = WIN ? max(sb, F & ~(kChunk - 1)) : sb;
   const int H = p.n_heads, G = H / c.n_kv_heads, P = c.page_size;
-  const int log2d = log2_pow2(D), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // PAIR: two warp groups of kThreads threads; grp 1 screens, gathers and weighs the odd steps,
+  // grp 0 the even ones and then, for both, the flushes, row sums and value product in key
+  // order. tid and warp are the thread's within its group: every layout below is a group's.
+  const int grp = PAIR ? static_cast<int>(threadIdx.x) / kThreads : 0;
+  const bool lead = grp == 0;  // (the block's one-off work: one group)
+  const int log2d = log2_pow2(D),
+            tid = PAIR ? static_cast<int>(threadIdx.x) % kThreads : static_cast<int>(threadIdx.x),
+            lane = tid & 31, warp = tid >> 5;
   const int kq = tid >> 2, u = tid & 3;  // screen layout: key kq of each half, quarter u
   const int mg = lane >> 2, mt = lane & 3;
   // After the exchange (G <= 4): this lane's half and row; WIDE: both halves, row g.
@@ -281,12 +299,16 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   unsigned char *abuf = smem;  // SA: [128][D], plane A of a step
   unsigned char *stage = abuf + (SA ? static_cast<size_t>(kStep2) * D : 0);  // [128][VR]
   // (PIPE: a second [128][VR] stage, then the second step's verdict flags, 32 bytes.)
-  float *ns = reinterpret_cast<float *>(stage + (PIPE ? 2 * kStep2 * VR + 32 : kStep2 * VR));
+  // (PAIR: the second warp group's stage and flags there too, and below its own warp sums,
+  // operand weights and coarse logits.)
+  constexpr bool TWO = PIPE || PAIR;  // two stage and flag buffers, by the step's parity
+  constexpr int NG = PAIR ? 2 : 1;    // copies of w, wsum, wop
+  float *ns = reinterpret_cast<float *>(stage + (TWO ? 2 * kStep2 * VR + 32 : kStep2 * VR));
   // ([kp][D][RS])
   constexpr int nsz = pv_kparts(D) * RS * D;
   float *wsum = ns + nsz;  // [half][T, T_lse, cut][warp][RS]: a step's 8-key sums (quad_sum)
-  uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + 2 * 3 * 8 * RS);  // [RS][kWRow2]
-  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + RS * kWRow2);
+  uint16_t *wop = reinterpret_cast<uint16_t *>(wsum + NG * 2 * 3 * 8 * RS);  // [RS][kWRow2]
+  uint4 *qfrag = reinterpret_cast<uint4 *>(wop + NG * RS * kWRow2);
   // The fixed-size tables (kS2*, above), then the row constants, then w: all in the dynamic
   // block, at offsets from its base known at compile time (B). As static __shared__ arrays their
   // addresses were rebuilt inside the step loop (S2UR SR_CgaCtaId, ULEA, per use of s_scale,
@@ -311,7 +333,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // step loop where four loads from four G-dependent addresses were).
   float *rowc = reinterpret_cast<float *>(tab + kS2Fixed);
   float *w = rowc + RS * 4;  // [G][kWS2]: coarse logits
-  float *f = w + G * kWS2;
+  float *f = w + NG * G * kWS2;
   // Per row: T, T_lse, cut (contiguous: the row sums index them as one array, below), then the
   // page cuts [kPagesPerSplit][G].
   float *ts = f, *tlse = f + G, *cut = f + 2 * G, *page_cut = f + 3 * G;
@@ -320,12 +342,14 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // Needed again only after the step loop: read back from shared memory there, not held in two
   // registers across the loop (ptxas spilled it, once before and after the loop, where the
   // loop's registers reached the launch bound).
-  if (tid == 0) s_row0 = row0;  // (read after the loop's barriers)
+  if (lead && tid == 0) s_row0 = row0;  // (read after the loop's barriers)
   // Operand rows >= G stay zero; rows < G are written every step (zero without a live bit).
-  for (int e = tid; e < RS * kWRow2 / 2; e += kThreads) reinterpret_cast<uint32_t *>(wop)[e] = 0u;
+  // (PAIR: each group its own.)
+  for (int e = tid; e < RS * kWRow2 / 2; e += kThreads)
+    reinterpret_cast<uint32_t *>(wop + grp * RS * kWRow2)[e] = 0u;
 
   const int nhalves = (s1 - s0 + kChunk - 1) / kChunk;
-  if (tid < nhalves) {
+  if (lead && tid < nhalves) {
     const int64_t row = key_row(c, b, hk, s0 + tid * kChunk);
     s_rowbase[tid] = row;
     s_pa[tid] = reinterpret_cast<const unsigned char *>(c.k_a + row * D);
@@ -340,7 +364,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       if (tid >= 2) l2_prefetch(c.k_a + row * D, nk * D);
     }
   }
-  if (tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
+  if (lead && tid == 0) s_newpage = page_starts(s0, nhalves, P);  // (read after the first barrier)
   // The split's 64-key halves are numbered hi (keys from s0 + 64 hi; step hi / 2, half hi % 2),
   // their cache rows read as s_rowbase[hi] (after the first barrier): found from a key's offset
   // in the split, every use had divided it by 64, signed.
@@ -386,7 +410,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int i = 0; i < NP; ++i) kb[h][i] = make_int4(0, 0, 0, 0);
-  if (tid < nhalves * 8) {  // the split's key scales (see split_item)
+  if (lead && tid < nhalves * 8) {  // the split's key scales (see split_item)
     const int64_t rr = key_row(c, b, hk, s0 + (tid >> 3) * kChunk) + 8 * (tid & 7);
     cp_async16(s_scale + 8 * tid, c.k_scale + rr);
   }
@@ -396,15 +420,15 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     load_a_async(0, 0);
     load_a_async(1, 1);
     cp_async_commit();
-  } else {
-    load_a(0, ka[0], true);
-    load_a(1, ka[1], true);
+  } else {  // (PAIR: the group's first step, 1 for grp 1)
+    load_a(2 * grp, ka[0], true);
+    load_a(2 * grp + 1, ka[1], true);
   }
   // The front's output: its q planes, sq and Z (OVERLAP: the first step's plane A, the scales and
   // the page rows are in flight meanwhile).
   pdl_wait();
-  load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
-  for (int g = tid; g < G; g += kThreads) {
+  if (lead) load_q_fragments<NP>(qfrag, ws, row0, G, RB, tid);
+  for (int g = tid; lead && g < G; g += kThreads) {
     const float z = ws.z[row0 + g];
     rowc[4 * g] = ws.sq[row0 + g];
     rowc[4 * g + 1] = z;
@@ -501,18 +525,25 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // are those of the buffer the next gathers write; each step's gathers swap them).
   [[maybe_unused]] uint32_t rows_held_o = 0x33333333u, rows_held_b_o = 0x33333333u;
   [[maybe_unused]] bool row_held_o[2] = {true, true}, row_held_b_o[2] = {true, true};
-  // The verdict flags of step si (PIPE: two buffers by its parity, the second after the stage's).
+  // The verdict flags of step si (PIPE, PAIR: two buffers by its parity, the second after the
+  // stages).
   const auto flags_of = [&](int si) {
-    return PIPE && (si & 1) != 0 ? stage + 2 * kStep2 * VR : s_flag8;
+    return TWO && (si & 1) != 0 ? stage + 2 * kStep2 * VR : s_flag8;
   };
+  // PAIR: step si's coarse logits, warp sums and operand weights (its group's, by parity).
+  const auto w_of = [&](int si) { return PAIR ? w + (si & 1) * G * kWS2 : w; };
+  const auto wsum_of = [&](int si) { return PAIR ? wsum + (si & 1) * 2 * 3 * 8 * RS : wsum; };
+  const auto wop_of = [&](int si) { return PAIR ? wop + (si & 1) * RS * kWRow2 : wop; };
   // Step si's screen (coarse dots, verdicts, flags), its gathers (plane B of the refined keys,
   // the live keys' values into the step's stage buffer) and the step after it's plane A.
   const auto screen_gather = [&](const int si) {
     const int32_t j0 = s0 + si * kStep2;
-    const bool more = si + 1 < nsteps;
+    // The step whose plane A this one loads: the next (PAIR: the group's next, si + 2).
+    const int sn = PAIR ? si + 2 : si + 1;
+    const bool more = sn < nsteps;
     const int64_t *const rows = s_rowbase + 2 * si;  // the cache rows of the step's halves
     // The step's stage buffer's rows (PIPE: two buffers, by the step's parity).
-    unsigned char *const v_ps = v_p + (PIPE ? (si & 1) * kStep2 * VR : 0);
+    unsigned char *const v_ps = v_p + (TWO ? (si & 1) * kStep2 * VR : 0);
     // Keys of each half (a select, not an array indexed by the lane's half: that went to the
     // stack).
     const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
@@ -551,7 +582,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
           const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
           const float sq_r = rc.x, tl_r = rc.z, tr_r = rc.w;
           float *const wr =
-              reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(w) + wb +
+              reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(w_of(si)) + wb +
                                         4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
@@ -692,25 +723,18 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     cp_async_commit();
     if (more) {
       if constexpr (SA) {  // (the step's plane-A reads are done: the IMMAs consumed them)
-        load_a_async(2 * si + 2, 0);
-        load_a_async(2 * si + 3, 1);
+        load_a_async(2 * sn, 0);
+        load_a_async(2 * sn + 1, 1);
       } else {
-        load_a(2 * si + 2, ka[0], false);  // (ka is dead after the coarse dots above)
-        load_a(2 * si + 3, ka[1], false);
+        load_a(2 * sn, ka[0], false);  // (ka is dead after the coarse dots above)
+        load_a(2 * sn + 1, ka[1], false);
       }
     }
     if constexpr (SA) cp_async_commit();  // (an empty group when !more)
   };
-  // PIPE (a grid of at most one block per SM, where a block's time is its chain of steps, each
-  // waiting for the gathers its verdicts issued): step si + 1's screen and gathers are issued
-  // between step si's weights and its value product, so that their memory latency overlaps the
-  // value product and the next weights instead of following them. Only the order in which the
-  // work is issued changes: every value, sum and flush is computed as without it, the same bits.
-  if constexpr (PIPE) screen_gather(0);
-  for (int si = 0; si < nsteps; ++si) {
-    if constexpr (!PIPE) screen_gather(si);
-    const int32_t j0 = s0 + si * kStep2;
-    const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
+  // Step si's weights (after its screen and gathers): per slot, the lane's two keys and its row,
+  // into the step's operand weights and 8-key sums.
+  const auto weights = [&](const int si) {
     // Weights (per slot, the lane's two keys and its row): live keys 2^(ell - Z) rounded to the
     // value operand, cut keys 2^(s_A - Z).
     const bool any_refine = __any_sync(0xffffffffu, refine[0] || refine[1]);
@@ -751,8 +775,8 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
           const float4 rc = *reinterpret_cast<const float4 *>(rowc + 4 * r);
           const float sq_r = rc.x, z_r = rc.y;
           const float *const wr =
-              reinterpret_cast<const float *>(reinterpret_cast<const unsigned char *>(w) + wb +
-                                              4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
+              reinterpret_cast<const float *>(reinterpret_cast<const unsigned char *>(w_of(si)) +
+                                              wb + 4 * (8 * rb * kWS2 + (WIDE ? kChunk * sl : 0)));
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int bits = vbits[sl] >> (3 * j);
@@ -768,7 +792,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
             vc[j] = mpres[sl][j] ? kw.cut : 0.0f;
             opw[j] = kw.pw;
           }
-          reinterpret_cast<uint32_t *>(wop + r * kWRow2)[kl0(sl) / 2] =
+          reinterpret_cast<uint32_t *>(wop_of(si) + r * kWRow2)[kl0(sl) / 2] =
               pack_operands<F16>(opw[0], opw[1]);
         }
         // This warp's 8-key sums of row r in half hh(sl), as split_item's (quad_sum).
@@ -776,23 +800,19 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
         const float stl = quad_sum(add_rn(vtl[0], vtl[1]));
         const float sc = quad_sum(add_rn(vc[0], vc[1]));
         if (mt == 0 && rv) {
-          float *ws8 = wsum + (hh(sl) * 3 * 8 + warp) * RS + r;
+          float *ws8 = wsum_of(si) + (hh(sl) * 3 * 8 + warp) * RS + r;
           ws8[0] = st;
           ws8[8 * RS] = stl;
           ws8[16 * RS] = sc;
         }
       }
     }
-    // The gathers (SA: all but the newest group, the next step's plane A).
-    if (SA)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
-    __syncthreads();
-    // PIPE: the next step's screen and gathers (into the other stage and flag buffers; w and
-    // the weights' registers are this step's no more: its weights are done).
-    if constexpr (PIPE)
-      if (si + 1 < nsteps) screen_gather(si + 1);
+  };
+  // Step si's page flushes, row sums and value product (after the barrier that follows its
+  // weights and gathers).
+  const auto flush_value = [&](const int si) {
+    const int32_t j0 = s0 + si * kStep2;
+    const int nkh0 = min(kChunk, s1 - j0), nkh1 = max(0, min(kChunk, s1 - j0 - kChunk));
     // Per half, as split_item per chunk: page flushes, the rows' sums in key order, the value
     // product. E: one sum per thread, thread kThreads - 1 - e for e = k G + g (row g's T, T_lse,
     // cut for k = 0, 1, 2), where one thread per row added all three one after the other: the
@@ -826,15 +846,71 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
       page_has_cut = page_has_cut || chunk_cut;
       if (const int e = g_first; e < 3 * G) {  // sum k of row g, ts[e] = ts / tlse / cut[g]
         const int k = (e >= G ? 1 : 0) + (e >= 2 * G ? 1 : 0), g = e - k * G;
-        const float *ws8 = wsum + h * 3 * 8 * RS + k * 8 * RS + g;
+        const float *ws8 = wsum_of(si) + h * 3 * 8 * RS + k * 8 * RS + g;
         ts[e] = add_rn(ts[e], warp_tree8(ws8, RS));
       }
       const uint32_t a_h =
-          pv_a + static_cast<uint32_t>(kChunk * h * VR + (PIPE ? (si & 1) * kStep2 * VR : 0));
-      const uint32_t b_h = pv_b + static_cast<uint32_t>(kChunk * h * 2);
+          pv_a + static_cast<uint32_t>(kChunk * h * VR + (TWO ? (si & 1) * kStep2 * VR : 0));
+      const uint32_t b_h =
+          pv_b + static_cast<uint32_t>(kChunk * h * 2 + (PAIR ? (si & 1) * RS * kWRow2 * 2 : 0));
       pv_mma_chunk_acc_at<D, F16, kWRow2, RB, V8>(acc, a_h, b_h, VR, live_mask, warp);
     }
-    __syncthreads();
+  };
+  // PIPE (a grid of at most one block per SM, where a block's time is its chain of steps, each
+  // waiting for the gathers its verdicts issued): step si + 1's screen and gathers are issued
+  // between step si's weights and its value product, so that their memory latency overlaps the
+  // value product and the next weights instead of following them. Only the order in which the
+  // work is issued changes: every value, sum and flush is computed as without it, the same bits.
+  // PAIR (split2_plan): steps 2k and 2k + 1 screened, gathered and weighed at once by the two
+  // groups, each into its own buffers; then grp 0 flushes, sums and multiplies both in key order.
+  // Each step's work is split_item's, in the same order where it fixes the bits: the same bits.
+  if constexpr (PAIR) {
+    for (int s2 = 0; s2 < nsteps; s2 += 2) {
+      if (s2 + grp < nsteps) {
+        screen_gather(s2 + grp);
+        weights(s2 + grp);
+      }
+      cp_async_wait<0>();  // the group's gathers
+      __syncthreads();
+      if (grp == 0) {
+        flush_value(s2);
+        if (s2 + 1 < nsteps) flush_value(s2 + 1);
+      }
+      __syncthreads();
+    }
+  } else {
+    if constexpr (PIPE) screen_gather(0);
+    for (int si = 0; si < nsteps; ++si) {
+      if constexpr (!PIPE) screen_gather(si);
+      weights(si);
+      // The gathers (SA: all but the newest group, the next step's plane A).
+      if (SA)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+      __syncthreads();
+      // PIPE: the next step's screen and gathers (into the other stage and flag buffers; w and
+      // the weights' registers are this step's no more: its weights are done).
+      if constexpr (PIPE)
+        if (si + 1 < nsteps) screen_gather(si + 1);
+      flush_value(si);
+      __syncthreads();
+    }
+  }
+  // V8: the v-refined counts per warp, in the pointer table (free after the loop: its last reads
+  // of s_pa / s_pv / s_pb were before the loop's last barrier).
+  [[maybe_unused]] uint32_t *const s_vcount = reinterpret_cast<uint32_t *>(tab + kS2Ptr);
+  if constexpr (PAIR) {
+    if (grp != 0) {  // grp 1: its counts (warps 8.. of the tables), then grp 0 ends the split
+      cnt = __reduce_add_sync(0xffffffffu, cnt);
+      if (lane == 0) s_wcount[kThreads / 32 + warp] = cnt;
+      if constexpr (V8) {
+        cnt_v = __reduce_add_sync(0xffffffffu, cnt_v);
+        if (lane == 0) s_vcount[kThreads / 32 + warp] = cnt_v;
+      }
+      __syncthreads();  // (grp 0's barrier before the partial)
+      return;
+    }
   }
   const int n_flushed = n_pages;  // pages flushed in the loop (s_page_last read after its barriers)
   if (page_has_cut) {
@@ -861,9 +937,7 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   pv_acc_store<D, RB, V8>(ns, acc, RS, warp, lane);
   cnt = __reduce_add_sync(0xffffffffu, cnt);
   if (lane == 0) s_wcount[warp] = cnt;
-  // V8: the v-refined count beside it, in the pointer table (free after the loop: its last reads
-  // of s_pa / s_pv / s_pb were before the loop's last barrier).
-  [[maybe_unused]] uint32_t *const s_vcount = reinterpret_cast<uint32_t *>(tab + kS2Ptr);
+  // V8: the v-refined count beside it (s_vcount, above).
   if constexpr (V8) {
     cnt_v = __reduce_add_sync(0xffffffffu, cnt_v);
     if (lane == 0) s_vcount[warp] = cnt_v;
@@ -896,9 +970,9 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     // Keys: every key of [lo, s1) is present in exactly one (step, half, kq). Live and refined:
     // the threads' counts over four (each key counted by its four lanes).
     uint32_t sum = 0u, sum_v = 0u;
-    for (int wi = 0; wi < kThreads / 32; ++wi) sum += s_wcount[wi];
+    for (int wi = 0; wi < NG * kThreads / 32; ++wi) sum += s_wcount[wi];
     if constexpr (V8)
-      for (int wi = 0; wi < kThreads / 32; ++wi) sum_v += s_vcount[wi];
+      for (int wi = 0; wi < NG * kThreads / 32; ++wi) sum_v += s_vcount[wi];
     const int64_t n[4] = {s1 - lo, (sum & 0xffffu) >> 2, sum >> 18, sum_v >> 2};
     // (V8: plane A of V per live key, plane B per v-refined key, as split_item counts them.)
     const int64_t bytes = n[0] * (D + 2) + n[1] * (V8 ? D : 2 * D) + n[2] * D + n[3] * D +
@@ -913,16 +987,17 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
 // plane A in shared memory, SA).
 // WIN: the grid covers the splits a window can touch (launch_decode), counted from the split of
 // the request's first window key.
+// PAIR: blocks of 2 kThreads threads (split2_item's two warp groups).
 template <bool F16, int NP, int MINB, bool SA = false, bool WIDE = false, int RB = 1,
-          bool V8 = false, bool WIN = false, bool PIPE = false>
-__global__ void __launch_bounds__(kThreads, MINB)
+          bool V8 = false, bool WIN = false, bool PIPE = false, bool PAIR = false>
+__global__ void __launch_bounds__(PAIR ? 2 * kThreads : kThreads, MINB)
     decode_split2_kernel(const DecodeCache c, const fold_decode_params_t p, const Ws ws,
                          int64_t *stats, const int32_t *lengths, const int l2pf) {
   int s = static_cast<int>(blockIdx.x);
   if constexpr (WIN) s += window_first(lengths[blockIdx.z], p.window_before) / kSplitKeys;
   // (split2_item waits for the front once its first loads are in flight.)
-  split2_item<NP, SA, WIDE, RB, F16, V8, WIN, PIPE>(c, p, ws, 0, stats, s, blockIdx.y, blockIdx.z,
-                                                    lengths, l2pf);
+  split2_item<NP, SA, WIDE, RB, F16, V8, WIN, PIPE, PAIR>(c, p, ws, 0, stats, s, blockIdx.y,
+                                                          blockIdx.z, lengths, l2pf);
   pdl_trigger();
 }
 
@@ -940,6 +1015,17 @@ template <bool F16, bool V8 = false, bool WIN = false>
 inline Split2Kernel split2_kernel_dt(const Split2Plan &plan, int G, int D) {
   // PIPE (plan.pipe, not windowed): one block per SM, no register bound; the forms by G as below.
   if constexpr (!WIN) {
+    // PAIR (plan.pair, not windowed): one block of two warp groups per SM, the forms by G.
+    if (plan.pair) {
+      if (G > 8)
+        return D == 64 ? decode_split2_kernel<F16, 1, 1, false, true, 2, V8, false, false, true>
+                       : decode_split2_kernel<F16, 2, 1, false, true, 2, V8, false, false, true>;
+      if (G > 4)
+        return D == 64 ? decode_split2_kernel<F16, 1, 1, false, true, 1, V8, false, false, true>
+                       : decode_split2_kernel<F16, 2, 1, false, true, 1, V8, false, false, true>;
+      return D == 64 ? decode_split2_kernel<F16, 1, 1, false, false, 1, V8, false, false, true>
+                     : decode_split2_kernel<F16, 2, 1, false, false, 1, V8, false, false, true>;
+    }
     if (plan.pipe) {
       if (G > 8)
         return D == 64 ? decode_split2_kernel<F16, 1, 1, false, true, 2, V8, false, true>

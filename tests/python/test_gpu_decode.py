@@ -497,19 +497,47 @@ def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeyp
     # boundary between a step's halves) and 128, depth 8 (more refined keys) and 16; narrow at
     # G 3 / 4, wide at G 6, two row blocks at G 16, v8's planes. The screen is kept at every G
     # (FOLD_DECODE_SCREEN=1) and plane A stays in registers (SA off: PIPE's form). The profiler
-    # checks the instance each arm ran (the kernel's last template argument is PIPE).
-    import re
-
+    # checks the instance each arm ran (the kernel's ninth template argument is PIPE).
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "0")
+    _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PIPE", _split2_arg_is(8), dtype, D, Hkv, G,
+                        seed=41, page_size=page, depth=depth, v8=v8)
+
+
+def _split2_arg_is(index):
+    # ran(names, value) for _two_arms_same_bits: every split2 instance that ran has template
+    # argument `index` true in arm "1" and false in arm "0" (decode_split2_kernel<F16, NP, MINB,
+    # SA, WIDE, RB, V8, WIN, PIPE, PAIR>).
+    import re
 
     def ran(names, value):
-        args = [m.group(1).split(",")[-1].strip() for n in names
+        args = [m.group(1).split(",")[index].strip() for n in names
                 for m in [re.search(r"decode_split2_kernel<([^>]*)>", n)] if m]
         assert args and set(args) == {"true" if value == "1" else "false"}, args
 
-    _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PIPE", ran, dtype, D, Hkv, G, seed=41,
-                        page_size=page, depth=depth, v8=v8)
+    return ran
+
+
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("depth", [16.0, 8.0])
+@pytest.mark.parametrize(
+    "dtype,D,Hkv,G,v8",
+    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
+     (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
+    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
+)
+def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
+    # PAIR (decode_split2.cuh; FOLD_DECODE_SPLIT2_PAIR=1 forces it): blocks of two warp groups,
+    # one screening, gathering and weighing the even 128-key steps, the other the odd ones, at
+    # once, each into its own stage, flags, coarse logits, sums and weight operands; the first
+    # group then flushes, sums and multiplies both steps in key order. Against the default (PIPE
+    # on these small grids): output, LSE and read statistics bit for bit, for an attend and two
+    # steps that append on ragged lengths (splits of one to four steps: odd counts leave the
+    # second group without a step), pages of 64 and 128, depth 8 and 16, narrow G 3 / 4, wide
+    # G 6, two row blocks G 16, v8. The profiler checks the instance (tenth argument: PAIR).
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PAIR", _split2_arg_is(9), dtype, D, Hkv, G,
+                        seed=43, page_size=page, depth=depth, v8=v8)
 
 
 @pytest.mark.parametrize("depth", [None, 16.0])
@@ -569,8 +597,8 @@ def test_decode_screen_ring_matches_cpu(dtype, D, Hkv, G, depth, screen, monkeyp
      (torch.bfloat16, 128, 1, 16, 64), (torch.float16, 64, 2, 12, 128), (torch.bfloat16, 128, 1, 9, 128)],
 )
 @pytest.mark.parametrize("depth", [16.0, 8.0])
-@pytest.mark.parametrize("sa,pipe", [("0", "0"), ("0", "1"), ("1", "0")])
-def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, pipe, monkeypatch):
+@pytest.mark.parametrize("sa,pipe,pair", [("0", "0", "0"), ("0", "1", "0"), ("1", "0", "0"), ("0", "0", "1")])
+def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, pipe, pair, monkeypatch):
     # The screened split at G <= 16 runs with two 64-key halves per thread (FOLD_DECODE_SPLIT2=0:
     # the one-half split kernel; decode_split2.cuh; G 9-16: two row blocks). Same arithmetic and orders: the same
     # output, LSE and read statistics bit for bit, on ragged lengths (partial halves and steps,
@@ -580,10 +608,12 @@ def test_decode_split2_same_bits(dtype, D, Hkv, G, page, depth, sa, pipe, monkey
     # G 9-16, two row blocks, always runs from registers). FOLD_DECODE_SPLIT2_PIPE=1: the next
     # step's screen and gathers before a step's value product (the default on grids of at most
     # one block per SM, as here; the register forms only), 0 the register forms in step order.
+    # FOLD_DECODE_SPLIT2_PAIR=1: two warp groups screening steps 2k and 2k + 1 at once.
     if G > 8 and sa == "1":
         pytest.skip("G 9-16 runs from registers only (SA is never picked there)")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", sa)
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_PIPE", pipe)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_PAIR", pair)
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_WIDE", "1")  # G 5-16 (no effect at G <= 4)
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_G16", "1")  # G 9-16
     B = len(RAGGED)
