@@ -144,10 +144,14 @@ inline Split2Plan split2_plan(const DecodeCache &c, const fold_decode_params_t &
   const int pipe = env_tristate("FOLD_DECODE_SPLIT2_PIPE");
   plan.pipe = !plan.sa && (pipe == 1 || (pipe == -1 && blocks <= sms &&
                                          std::getenv("FOLD_DECODE_SPLIT2_OCC") == nullptr));
-  // PAIR (split2_item): blocks of two warp groups, one block per SM, the register form; forced
-  // only (FOLD_DECODE_SPLIT2_PAIR=1, read per call) until measured. It replaces PIPE and SA.
+  // PAIR (split2_item): blocks of two warp groups, one block per SM, the register form; the
+  // default where PIPE's is (a grid of at most one block per SM), in its place: session 52 (H100,
+  // graphed B1 attends, depth 16) -1.1 to -1.6 us against PIPE at D 64 L 512-8K, -0.75 at D 128
+  // L4K; on larger grids (forced) +11-12%, where two 256-thread blocks per SM hide each other.
+  // FOLD_DECODE_SPLIT2_PAIR=1 / 0 (read per call) forces it on / off (off: PIPE's default).
   // Scheduling only: the same bits.
-  if (env_tristate("FOLD_DECODE_SPLIT2_PAIR") == 1) {
+  const int pair = env_tristate("FOLD_DECODE_SPLIT2_PAIR");
+  if (pair == 1 || (pair == -1 && plan.pipe && pipe == -1)) {
     plan.pair = true;
     plan.sa = plan.four = plan.pipe = false;
   }

@@ -489,7 +489,7 @@ def test_decode_l2_prefetch_same_bits(dtype, D, Hkv, G, v8, depth, sched, monkey
 @SCHED_CASES
 def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
     # PIPE (decode_split2.cuh; the default where split2's grid is at most one block per SM, as
-    # here; FOLD_DECODE_SPLIT2_PIPE=1 / 0 forces it): the next 128-key step's screen and gathers
+    # here, with PAIR off; FOLD_DECODE_SPLIT2_PIPE=1 / 0 forces it): the next 128-key step's screen and gathers
     # issued before a step's value product, into a second stage and flag buffer. Only the order of
     # issue changes: output, LSE and read statistics bit for bit with and without, for an attend
     # and two steps that append, on ragged lengths (splits of one to four steps, so both buffers
@@ -500,6 +500,7 @@ def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeyp
     # checks the instance each arm ran (the kernel's ninth template argument is PIPE).
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "0")
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_PAIR", "0")  # (PAIR, not PIPE, is these grids' default)
     _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PIPE", _split2_arg_is(8), dtype, D, Hkv, G,
                         seed=41, page_size=page, depth=depth, v8=v8)
 
@@ -527,11 +528,12 @@ def _split2_arg_is(index):
     ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
 )
 def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
-    # PAIR (decode_split2.cuh; FOLD_DECODE_SPLIT2_PAIR=1 forces it): blocks of two warp groups,
+    # PAIR (decode_split2.cuh; the default where split2's grid is at most one block per SM, as
+    # here; FOLD_DECODE_SPLIT2_PAIR=1 / 0 forces it on / off): blocks of two warp groups,
     # one screening, gathering and weighing the even 128-key steps, the other the odd ones, at
     # once, each into its own stage, flags, coarse logits, sums and weight operands; the first
-    # group then flushes, sums and multiplies both steps in key order. Against the default (PIPE
-    # on these small grids): output, LSE and read statistics bit for bit, for an attend and two
+    # group then flushes, sums and multiplies both steps in key order. Against PIPE (these small
+    # grids' form without PAIR): output, LSE and read statistics bit for bit, for an attend and two
     # steps that append on ragged lengths (splits of one to four steps: odd counts leave the
     # second group without a step), pages of 64 and 128, depth 8 and 16, narrow G 3 / 4, wide
     # G 6, two row blocks G 16, v8. The profiler checks the instance (tenth argument: PAIR).
