@@ -148,7 +148,8 @@ inline Split2Plan split2_plan(const DecodeCache &c, const fold_decode_params_t &
   // default where PIPE's is (a grid of at most one block per SM), in its place: session 52 (H100,
   // graphed B1 attends, depth 16) -1.1 to -1.6 us against PIPE at D 64 L 512-8K, -0.75 at D 128
   // L4K; on larger grids (forced) +11-12%, where two 256-thread blocks per SM hide each other.
-  // FOLD_DECODE_SPLIT2_PAIR=1 / 0 (read per call) forces it on / off (off: PIPE's default).
+  // FOLD_DECODE_SPLIT2_PAIR=1 / 0 (read per call) forces it on / off (off: PIPE's default; a
+  // forced PAIR on a windowed step, which keeps its own instances, also drops SA there).
   // Scheduling only: the same bits.
   const int pair = env_tristate("FOLD_DECODE_SPLIT2_PAIR");
   if (pair == 1 || (pair == -1 && plan.pipe && pipe == -1)) {
@@ -904,18 +905,8 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
   // V8: the v-refined counts per warp, in the pointer table (free after the loop: its last reads
   // of s_pa / s_pv / s_pb were before the loop's last barrier).
   [[maybe_unused]] uint32_t *const s_vcount = reinterpret_cast<uint32_t *>(tab + kS2Ptr);
-  if constexpr (PAIR) {
-    if (grp != 0) {  // grp 1: its counts (warps 8.. of the tables), then grp 0 ends the split
-      cnt = __reduce_add_sync(0xffffffffu, cnt);
-      if (lane == 0) s_wcount[kThreads / 32 + warp] = cnt;
-      if constexpr (V8) {
-        cnt_v = __reduce_add_sync(0xffffffffu, cnt_v);
-        if (lane == 0) s_vcount[kThreads / 32 + warp] = cnt_v;
-      }
-      __syncthreads();  // (grp 0's barrier before the partial)
-      return;
-    }
-  }
+  // PAIR: grp 1 reaches the barrier below with its counts only (it flushed nothing: n_pages 0,
+  // no page cut; its acc is not the split's), and leaves after it.
   const int n_flushed = n_pages;  // pages flushed in the loop (s_page_last read after its barriers)
   if (page_has_cut) {
     for (int g = tid; g < G; g += kThreads) page_cut[n_pages * G + g] = cut[g];
@@ -938,18 +929,20 @@ __device__ __forceinline__ void split2_item(const DecodeCache &c, const fold_dec
     page_mean[e] =
         div_rn(c.v_page_sum[page_sum_base(c, b, hk, last) + d], static_cast<float>(count));
   }
-  pv_acc_store<D, RB, V8>(ns, acc, RS, warp, lane);
+  if (!PAIR || grp == 0) pv_acc_store<D, RB, V8>(ns, acc, RS, warp, lane);
   cnt = __reduce_add_sync(0xffffffffu, cnt);
-  if (lane == 0) s_wcount[warp] = cnt;
+  if (lane == 0) s_wcount[grp * (kThreads / 32) + warp] = cnt;  // (PAIR: grp 1's warps 8..)
   // V8: the v-refined count beside it (s_vcount, above).
   if constexpr (V8) {
     cnt_v = __reduce_add_sync(0xffffffffu, cnt_v);
-    if (lane == 0) s_vcount[warp] = cnt_v;
+    if (lane == 0) s_vcount[grp * (kThreads / 32) + warp] = cnt_v;
   }
   // V8: N of the unscaled planes times 2^v_exp (as the v8 ring: exact while the product is a
   // normal float), before the cut pages' mass x mean V, which the page sums hold in real units.
   [[maybe_unused]] const float sx = V8 ? exp2i(v8_exponent(c, b, hk)) : 1.0f;
   __syncthreads();
+  if constexpr (PAIR)
+    if (grp != 0) return;  // (grp 0 writes the partial and the statistics)
   // The split's partial, as split_item's (the same products and sums in the same page order).
   const int64_t row0_end = s_row0;
   for (int e = tid; e < G * D; e += kThreads) {

@@ -419,18 +419,19 @@ def test_decode_overlap_same_bits(dtype, D, Hkv, G, v8, depth, blocks, monkeypat
         assert s0 == s1, (s0, s1)
 
 
-def _two_arms_same_bits(monkeypatch, knob, ran, dtype, D, Hkv, G, seed, window=False, **cache_kw):
+def _two_arms_same_bits(monkeypatch, knob, ran, dtype, D, Hkv, G, seed, window=False, lengths=RAGGED,
+                        **cache_kw):
     # A scheduling switch's two arms (knob "1" / "0", read per call) on two caches filled alike
-    # (ragged lengths with empty and free requests): an attend under the profiler (ran(names,
+    # (ragged `lengths` with empty and free requests): an attend under the profiler (ran(names,
     # value) checks the kernels the arm ran), two steps that append, and with `window` a windowed
     # attend; output, LSE and read statistics bit for bit between the arms.
     from torch.profiler import ProfilerActivity, profile
 
-    B = len(RAGGED)
+    B = len(lengths)
     q, k, v = synth(B, Hkv, G, D, 2100, seed=seed, dtype=dtype)
     steps = [(torch.randn(B, Hkv, D).to(dtype), torch.randn(B, Hkv, D).to(dtype)) for _ in range(2)]
     caches = [_make(CUDA, B, Hkv * G, Hkv, D, 2200, dtype=dtype, **cache_kw) for _ in range(2)]
-    _fill(caches, k, v, RAGGED, chunks=2)
+    _fill(caches, k, v, lengths, chunks=2)
     runs = []
     for value, cache in zip("10", caches):
         monkeypatch.setenv(knob, value)
@@ -500,7 +501,7 @@ def test_decode_split2_pipe_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeyp
     # checks the instance each arm ran (the kernel's ninth template argument is PIPE).
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     monkeypatch.setenv("FOLD_DECODE_SPLIT2_SA", "0")
-    monkeypatch.setenv("FOLD_DECODE_SPLIT2_PAIR", "0")  # (PAIR, not PIPE, is these grids' default)
+    monkeypatch.setenv("FOLD_DECODE_SPLIT2_PAIR", "0")  # (explicit: PAIR's default needs PIPE's)
     _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PIPE", _split2_arg_is(8), dtype, D, Hkv, G,
                         seed=41, page_size=page, depth=depth, v8=v8)
 
@@ -519,27 +520,31 @@ def _split2_arg_is(index):
     return ran
 
 
+# PAIR's step counts: a split's last step partial in either group (half 1 absent or partial),
+# splits of two steps (lengths 150, 200, 700 and split 2 of 1400) and of four with group 1's step
+# partial (split 1 of 1000), beside an empty and a free request.
+PAIR_LENGTHS = [150, 0, 200, None, 700, 1000, 1400, 2049]
+
+
+@pytest.mark.parametrize("lengths", [RAGGED, PAIR_LENGTHS], ids=["ragged", "partial-steps"])
 @pytest.mark.parametrize("page", [64, 128])
 @pytest.mark.parametrize("depth", [16.0, 8.0])
-@pytest.mark.parametrize(
-    "dtype,D,Hkv,G,v8",
-    [(torch.bfloat16, 128, 2, 4, False), (torch.float16, 64, 3, 3, False), (torch.bfloat16, 128, 1, 16, False),
-     (torch.bfloat16, 64, 2, 6, False), (torch.bfloat16, 128, 2, 4, True), (torch.float16, 64, 3, 3, True)],
-    ids=["bf16-D128-G4", "f16-D64-G3", "bf16-D128-G16", "bf16-D64-G6", "v8-bf16-D128-G4", "v8-f16-D64-G3"],
-)
-def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, monkeypatch):
+@SCHED_CASES
+def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, lengths, monkeypatch):
     # PAIR (decode_split2.cuh; the default where split2's grid is at most one block per SM, as
     # here; FOLD_DECODE_SPLIT2_PAIR=1 / 0 forces it on / off): blocks of two warp groups,
     # one screening, gathering and weighing the even 128-key steps, the other the odd ones, at
     # once, each into its own stage, flags, coarse logits, sums and weight operands; the first
-    # group then flushes, sums and multiplies both steps in key order. Against PIPE (these small
-    # grids' form without PAIR): output, LSE and read statistics bit for bit, for an attend and two
-    # steps that append on ragged lengths (splits of one to four steps: odd counts leave the
-    # second group without a step), pages of 64 and 128, depth 8 and 16, narrow G 3 / 4, wide
-    # G 6, two row blocks G 16, v8. The profiler checks the instance (tenth argument: PAIR).
+    # group then flushes, sums and multiplies both steps in key order. Against the form without it
+    # (PIPE where the grid is at most one block per SM, as on an H100 or H200 here): output, LSE and
+    # read statistics bit for bit, for an attend and two steps that append on RAGGED lengths
+    # (splits of one, three and four steps: odd counts leave the second group without a step) and
+    # on PAIR_LENGTHS (partial steps in either group, splits of two steps), pages of 64 and 128,
+    # depth 8 and 16, narrow G 3 / 4, wide G 6, two row blocks G 16, v8. The profiler checks the
+    # instance (tenth argument: PAIR).
     monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
     _two_arms_same_bits(monkeypatch, "FOLD_DECODE_SPLIT2_PAIR", _split2_arg_is(9), dtype, D, Hkv, G,
-                        seed=43, page_size=page, depth=depth, v8=v8)
+                        seed=43, lengths=lengths, page_size=page, depth=depth, v8=v8)
 
 
 @pytest.mark.parametrize("depth", [None, 16.0])
