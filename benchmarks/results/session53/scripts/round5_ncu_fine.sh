@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 53: round 3's ncu again with the finest warp-state sampling (--sampling-interval 0:
+# Session 53: round 3's ncu again with the finest warp-state sampling (--warp-sampling-interval 0:
 # every 2^5 cycles; round 3's automatic interval gave 15-107 samples a launch, too few to place
 # the time by line). Under ncu the kernels run one at a time (no PDL wait on a predecessor), yet
 # the front took ~16k cycles and a one-step split2 ~16k: their own chains. B1 H 9/3 D 64 depth
@@ -15,7 +15,7 @@ for k in front_L2048:decode_front:2048 split2_L2048:decode_split2:2048 split2_L1
   combine_L2048:decode_combine:2048 pass1_L2048:decode_split_kernel:2048; do
   IFS=: read -r n rx L <<< "$k"
   step ncu_$n 120 env FOLD_ATTENTION_LIBRARY=$X FOLD_DECODE_OVERLAP=0 ncu --set full \
-    --sampling-interval 0 --import-source yes --kernel-name "regex:$rx" --launch-skip 2 \
+    --warp-sampling-interval 0 --import-source yes --kernel-name "regex:$rx" --launch-skip 2 \
     --launch-count 1 -f -o "$OUT/$n" python3 scripts/decode_kernel_times.py --screened-only \
     --shapes "1,$L,9,3,64"
   ncu -i "$OUT/$n.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$OUT/$n.src.csv.gz"
