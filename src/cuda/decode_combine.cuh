@@ -275,9 +275,13 @@ __device__ __forceinline__ void add_step_stats(const int32_t *lengths, const int
   unsigned long long v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t grp = static_cast<int64_t>(blockIdx.x) * kThreads + tid; grp < groups;
        grp += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int32_t L = lengths[grp / n_kv_heads];
+    // The request in 32 bits (batch x n_kv_heads is an int: the launch grids' (Hkv, B)): a 64-bit
+    // division was a call to a subroutine far away in pass 1's code, a cold instruction fetch on
+    // the B1 step's path (ncu, notes/decode.md section 62).
+    const int gi = static_cast<int>(grp), req = gi / n_kv_heads;
+    const int32_t L = lengths[req];
     const int32_t fl = flag[grp];
-    if (rej != nullptr && grp % n_kv_heads == 0) v[7] += rej[grp / n_kv_heads] != 0;
+    if (rej != nullptr && gi == req * n_kv_heads) v[7] += rej[req] != 0;
     // A keyless group's read counters were not reset by the front: not read.
     if (L <= 0) continue;
     unsigned long long gc[5];
