@@ -572,8 +572,8 @@ __global__ void __launch_bounds__(kThreads, (NP == 4 ? 2 : 3) - (LIST ? 1 : 0))
     // (the fix-up is O(flagged rows x L) with a serial sum over L keys).
     const int64_t items = static_cast<int64_t>(*ws.nflag) * ws.splits;
     // No flagged group (the common case): leave here. The trigger below sits past the inlined
-    // split and combine, far away in the code, and ncu found the jump there a cold instruction
-    // fetch (with the 64-bit division of `per`, a third of pass 1's samples at B1; notes/decode.md
+    // split and combine, far away in the code: ncu found the jump there a cold instruction fetch
+    // (19% of pass 1's samples at B1, and the 64-bit division of `per` 8% more; notes/decode.md
     // section 62). A block's exit counts as its trigger.
     if (items == 0) return;
     const int64_t per = (items + gridDim.x - 1) / gridDim.x;
