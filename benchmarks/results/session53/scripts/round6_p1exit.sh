@@ -3,8 +3,9 @@
 # index by a 32-bit division (branch wip/p1exit, library s53e = main + those two commits) against
 # main (s53m). Round 5's ncu of pass 1 at B1: 19% of its samples on the way to its last
 # instruction (the trigger, past the inlined split and combine: a cold instruction fetch) and the
-# 64-bit division before it; the statistics' 64-bit divisions are calls to far code too. Graphed per-kernel times at B1 (and
-# B4), dense and depth 16, two rounds in alternating order; then every decode GPU file on s53e
+# 64-bit division before it; the statistics' 64-bit divisions are calls to far code too.
+# Graphed per-kernel times at B1 (and B4), dense and depth 16, two rounds in alternating order;
+# then every decode GPU file on s53e
 # (the guard's tests run pass 1 with flagged groups). Carry .ab/s53e.* and .ab/s53m.*:
 #   OUT=$OUT bash benchmarks/results/session53/scripts/round6_p1exit.sh
 set -u
