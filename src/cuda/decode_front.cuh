@@ -241,16 +241,25 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q
   // quantisation instead of following it (B1 D 64: front 9.9 -> 8.9 us; with 8 rows per block
   // the extra instructions cost more than they hide: B32 15.2 -> 16.0 us).
+  // SMALL: warps 1-7 take the slots (slot tid - 32: the sample has at most 200) and warp 0 none,
+  // and no barrier follows: warp 0 quantises the first q row while the others look up the
+  // sample's rows and scales (two dependent loads), and the first row step's barrier, after the
+  // quantisation, orders both before the tiles read s_kr and s_sk. (Before, the quantisation
+  // waited behind both loads at a barrier of its own.) Scheduling only: the same values.
+  constexpr bool OVERLAP_Q = SMALL && FT == kThreads;
+  static_assert(!OVERLAP_Q || 1 + kZNewest + kHeavyKeys + kZStrata <= FT - 32,
+                "warps 1.. hold every slot of the sample");
   if constexpr (FT == kThreads) {
-    if (tid < n) {
-      const int64_t kr = key_row(c, b, hk, s_key[tid]);
-      s_kr[tid] = kr;
+    const int slot = OVERLAP_Q ? (tid + FT - 32) % FT : tid;
+    if (slot < n) {
+      const int64_t kr = key_row(c, b, hk, s_key[slot]);
+      s_kr[slot] = kr;
       if constexpr (SMALL)
         for (int o = 0; o < D; o += 128) {
           asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_a + kr * D + o));
           asm volatile("prefetch.global.L2 [%0];" ::"l"(c.k_b + kr * D + o));
         }
-      s_sk[tid] = bf16_bits_to_float(c.k_scale[kr]);
+      s_sk[slot] = bf16_bits_to_float(c.k_scale[kr]);
     }
   } else {
     // HALF: two slots per thread, their page-table loads issued together, then their scales.
@@ -267,7 +276,7 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
       s_sk[i1] = bf16_bits_to_float(sc1);
     }
   }
-  __syncthreads();
+  if constexpr (!OVERLAP_Q) __syncthreads();
   // The sample's fine logits on the int8 tensor cores (mma.m16n8k32, as the split kernels): warp
   // w takes slots 8 kTiles w .. 8 kTiles (w + 1) - 1 as kTiles tiles of 8 keys (4 tiles at 256
   // threads, 8 at 128; B: lane (g, t) feeds key 8 tile + g's
