@@ -117,6 +117,74 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
+// The sample's shape (reference_z.h plan_sample_shape) and each slot's key, computed by every warp
+// from the heavy list in its lanes 0 .. kHeavyKeys - 1 (`h`, as plan_sample_shape reads it:
+// -1 or any value for an empty entry), for a sample of `len` keys: no thread computes it alone
+// for the others, so no barrier and no shared copy precede the slots (the front's chain: one
+// thread's plan and the 8 x 8 loops of the exact middle slots were 0.4-1.5 µs of it at B1,
+// notes/decode.md section 63). The same integers as the reference's functions: the heavy
+// middle keys are the valid entries (1 <= h < newest_lo) in list order, and an entry is a
+// duplicate where an earlier valid entry holds the same key (__match_any_sync).
+struct FrontShape {
+  int32_t newest_lo, m;
+  int n_newest, n_heavy, first_middle, n;
+  unsigned valid, distinct;  // lanes (< kHeavyKeys) of the valid entries / their first occurrences
+  int32_t h[kHeavyKeys];     // the list, in every lane (is_heavy: any entry equal to the key)
+  int32_t own;               // this lane's entry (lanes < kHeavyKeys)
+};
+__device__ __forceinline__ FrontShape front_shape(int32_t len, int32_t h) {
+  const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+  FrontShape s;
+  s.newest_lo = len - kZNewest > 1 ? len - kZNewest : 1;
+  s.n_newest = len - s.newest_lo;
+  s.m = s.newest_lo - 1;
+  const bool ok = lane < kHeavyKeys && h >= 1 && h < s.newest_lo;
+  s.valid = __ballot_sync(0xffffffffu, ok);
+  // (An invalid lane's key, -2 - lane, is unique and never a valid entry's, which is >= 1.)
+  const unsigned peers = __match_any_sync(0xffffffffu, ok ? h : -2 - static_cast<int32_t>(lane));
+  s.distinct = __ballot_sync(0xffffffffu, ok && (peers & below) == 0u);
+  s.n_heavy = __popc(s.valid);
+  s.first_middle = 1 + s.n_newest + s.n_heavy;
+  s.n = s.m <= kZStrata ? s.first_middle + s.m - __popc(s.distinct) : s.first_middle + kZStrata;
+#pragma unroll
+  for (int e = 0; e < kHeavyKeys; ++e) s.h[e] = __shfl_sync(0xffffffffu, h, e);
+  s.own = h;
+  return s;
+}
+__device__ __forceinline__ bool front_is_heavy(const FrontShape &s, int32_t j) {
+  bool hit = false;
+#pragma unroll
+  for (int e = 0; e < kHeavyKeys; ++e) hit = hit || s.h[e] == j;
+  return hit;
+}
+// Writes the sample's slot keys (plus `F`, a window's first key) into s_key: one slot per
+// thread (tid < FT), as sample_exact_middle_slot / sample_stratum_key place them.
+__device__ __forceinline__ void front_place_slots(const FrontShape &s, int32_t F, int tid,
+                                                  int32_t *s_key) {
+  const unsigned lane = threadIdx.x & 31u;
+  if (tid == 0) s_key[0] = F;
+  if (tid < s.n_newest) s_key[1 + tid] = F + s.newest_lo + tid;
+  // Heavy middle key number r (list order) is slot 1 + n_newest + r: warp 0's valid lanes.
+  if (tid < 32 && ((s.valid >> lane) & 1u) != 0u)
+    s_key[1 + s.n_newest + __popc(s.valid & ((1u << lane) - 1u))] = F + s.own;
+  if (s.m > kZStrata) {
+    if (tid < kZStrata) {
+      int32_t j =
+          1 + static_cast<int32_t>((static_cast<int64_t>(2 * tid + 1) * s.m) / (2 * kZStrata));
+      while (front_is_heavy(s, j) && j + 1 < s.newest_lo) ++j;
+      s_key[s.first_middle + tid] = F + j;
+    }
+  } else if (tid < s.m) {
+    const int32_t j = 1 + tid;
+    if (!front_is_heavy(s, j)) {
+      int lower = 0;  // distinct heavy middle keys below j
+#pragma unroll
+      for (int e = 0; e < kHeavyKeys; ++e) lower += ((s.distinct >> e) & 1u) != 0u && s.h[e] < j;
+      s_key[s.first_middle + (j - 1) - lower] = F + j;
+    }
+  }
+}
+
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
 // grid (Hkv, B, row blocks), FT threads (256; 128 in the HALF form); D = 32 E. Every step is
@@ -173,9 +241,6 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   __shared__ int32_t s_key[kZSlots];
   __shared__ int64_t s_kr[kZSlots];
   __shared__ float s_sk[kZSlots];
-  __shared__ int32_t s_heavy[kHeavyKeys];
-  __shared__ __align__(16) unsigned char shape_raw[sizeof(ZSampleShape)];
-  ZSampleShape &sh = *reinterpret_cast<ZSampleShape *>(shape_raw);
   const int hk = blockIdx.x, b = blockIdx.y;
   const int G = H / c.n_kv_heads, log2d = log2_pow2(D);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -187,9 +252,9 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   // The loads that depend on nothing are issued together (the front is a chain of dependent
   // loads): the length, the heavy-key list and the first row step's q values.
   const int32_t L = appended ? ws.newlen[b] : c.lengths[b];
-  int32_t heavy = -1;
-  if (tid < kHeavyKeys)
-    heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + tid];
+  int32_t heavy = -1;  // (every warp's lanes 0 .. kHeavyKeys - 1: front_shape)
+  if (lane < kHeavyKeys)
+    heavy = c.heavy_keys[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * kHeavyKeys + lane];
   float q0[SMALL ? 1 : E];
   if (warp < min(FR, g_end - g_begin)) {
     if constexpr (SMALL)
@@ -213,29 +278,17 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   // with keys. An append leaves L >= 1, so this request's length did not change.)
   if (L <= 0) return;
   const int32_t F = WIN ? window_first(L, window) : 0;  // the window's first key
-  if (tid < kHeavyKeys) s_heavy[tid] = WIN ? (heavy > F ? heavy - F : -1) : heavy;
-  __syncthreads();
-  if (tid == 0) {
-    plan_sample_shape(L - F, s_heavy, sh);
-    // The sample's bytes join the group's read counters (add_step_stats adds them to `stats`).
-    if (first_block)
-      ws.gcnt[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5 + 4] =
-          static_cast<unsigned long long>(sh.n) * (2 * D + 2);
-  }
-  __syncthreads();
+  // The sample's shape, by every warp (front_shape; WIN: the window's keys, F on).
+  const FrontShape sh = front_shape(L - F, WIN ? (heavy > F ? heavy - F : -1) : heavy);
+  // The sample's bytes join the group's read counters (add_step_stats adds them to `stats`).
+  if (tid == 0 && first_block)
+    ws.gcnt[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5 + 4] =
+        static_cast<unsigned long long>(sh.n) * (2 * D + 2);
   const int n = sh.n;
   const bool strata = sh.m > kZStrata;
   const int first_stratum = strata ? sh.first_middle : n;
   // Place the slots (each slot written by exactly one thread; WIN: the window's keys, F on).
-  if (tid == 0) s_key[0] = F;
-  if (tid < sh.n_newest) s_key[1 + tid] = F + sh.newest_lo + tid;
-  if (tid < sh.n_heavy) s_key[1 + sh.n_newest + tid] = F + sh.heavy_mid[tid];
-  if (strata) {
-    if (tid < kZStrata) s_key[sh.first_middle + tid] = F + sample_stratum_key(sh, s_heavy, tid);
-  } else if (tid < sh.m) {
-    const int slot = sample_exact_middle_slot(sh, s_heavy, 1 + tid);
-    if (slot >= 0) s_key[slot] = F + 1 + tid;
-  }
+  front_place_slots(sh, F, tid, s_key);
   __syncthreads();
   // Slot tid's key row and scale, for the warps' tiles below. SMALL: the row's two planes are
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q

@@ -547,6 +547,53 @@ def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, lengths
                         seed=43, lengths=lengths, page_size=page, depth=depth, v8=v8)
 
 
+# Hand-made heavy lists for the front's sample (decode_front.cuh front_shape / front_place_slots
+# against reference_z.h plan_sample_shape): with L the request's length and the newest keys
+# [L - 63, L), entries that are empty (-1), key 0, in the newest range or past L (never middle),
+# duplicates (counted once among the exact middle keys), consecutive keys (a stratum sample
+# moves past every one of them) and keys at stratum positions.
+def _heavy_lists(L):
+    lo = max(L - 63, 1)
+    mid = [j for j in (1, 2, 3, lo // 2, lo // 2 + 1, lo - 1) if 1 <= j < lo]
+    m = lo - 1
+    strata = [1 + (2 * i + 1) * m // 256 for i in (0, 5, 127)] if m > 128 else []
+    return [
+        [-1] * 8,
+        (mid + [0, L, L + 7, lo] + [-1] * 8)[:8],
+        ((mid[:2] * 3) + [-1] * 8)[:8] if mid else [-1] * 8,
+        (strata + [s + 1 for s in strata] + mid + [-1] * 8)[:8],
+        ([L - 1, lo, 0] + mid[::-1] + [-1] * 8)[:8],
+    ]
+
+
+@pytest.mark.parametrize("L", [1, 40, 64, 65, 100, 191, 192, 193, 194, 700, 3000])
+def test_decode_front_sample_heavy_lists_match_cpu(L, monkeypatch):
+    # The front's sample shape from every warp's registers (front_shape) against the CPU
+    # reference's plan, on hand-made heavy lists (_heavy_lists) written into both caches: every
+    # slot's key enters Z, so the bits of the output and LSE and the read statistics must be the
+    # CPU's. The exact value path (a v8 cache on split_item's fma product: FOLD_DECODE_V8_SPLIT2=0,
+    # the screen kept and the rings off) so that any other Z shows in the bits. L around the
+    # exact middle keys' end (m = L - 64 <= 128) and the strata, B 5: one request per list.
+    monkeypatch.setenv("FOLD_DECODE_SCREEN", "1")
+    monkeypatch.setenv("FOLD_DECODE_V8_SPLIT2", "0")
+    monkeypatch.setenv("FOLD_DECODE_RING", "0")
+    lists = _heavy_lists(L)
+    B, Hkv, G, D = len(lists), 2, 3, 64
+    q, k, v = synth(B, Hkv, G, D, L, seed=53 + L, dtype=torch.float16)
+    cpu, gpu = _pair(B, Hkv * G, Hkv, D, 3072, page_size=64, dtype=torch.float16, depth=16.0, v8=True)
+    _fill((cpu, gpu), k, v, [L] * B)
+    for b, hl in enumerate(lists):
+        for hk in range(Hkv):
+            row = torch.tensor(hl[hk:] + hl[:hk], dtype=torch.int32)  # (a different order per head)
+            cpu.heavy_keys[b, hk].copy_(row)
+            gpu.heavy_keys[b, hk].copy_(row.to(CUDA))
+    assert not _cache_tensor_core_path(gpu)
+    oc, lc, sc = _step(cpu, q)
+    og, lg, sg = _step(gpu, q)
+    _assert_matches(oc, og, lc, lg, exact=True)
+    assert sc == sg, (sc, sg)
+
+
 @pytest.mark.parametrize("depth", [None, 16.0])
 @pytest.mark.parametrize("dtype,D,Hkv,G", [(torch.bfloat16, 128, 2, 4), (torch.float16, 64, 3, 3)],
                          ids=["bf16-D128-G4", "f16-D64-G3"])
