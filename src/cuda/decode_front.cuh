@@ -117,71 +117,40 @@ __device__ __forceinline__ void mma_s8(int32_t c[4], const uint4 &a, uint32_t b0
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-// The sample's shape (reference_z.h plan_sample_shape) and each slot's key, computed by every warp
-// from the heavy list in its lanes 0 .. kHeavyKeys - 1 (`h`, as plan_sample_shape reads it:
-// -1 or any value for an empty entry), for a sample of `len` keys: no thread computes it alone
-// for the others, so no barrier and no shared copy precede the slots (the front's chain: one
-// thread's plan and the 8 x 8 loops of the exact middle slots were 0.4-1.5 µs of it at B1,
-// notes/decode.md section 63). The same integers as the reference's functions: the heavy
-// middle keys are the valid entries (1 <= h < newest_lo) in list order, and an entry is a
-// duplicate where an earlier valid entry holds the same key (__match_any_sync).
-struct FrontShape {
-  int32_t newest_lo, m;
-  int n_newest, n_heavy, first_middle, n;
-  unsigned valid, distinct;  // lanes (< kHeavyKeys) of the valid entries / their first occurrences
-  int32_t h[kHeavyKeys];     // the list, in every lane (is_heavy: any entry equal to the key)
-  int32_t own;               // this lane's entry (lanes < kHeavyKeys)
-};
-__device__ __forceinline__ FrontShape front_shape(int32_t len, int32_t h) {
-  const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-  FrontShape s;
-  s.newest_lo = len - kZNewest > 1 ? len - kZNewest : 1;
-  s.n_newest = len - s.newest_lo;
-  s.m = s.newest_lo - 1;
-  const bool ok = lane < kHeavyKeys && h >= 1 && h < s.newest_lo;
-  s.valid = __ballot_sync(0xffffffffu, ok);
-  // (An invalid lane's key, -2 - lane, is unique and never a valid entry's, which is >= 1.)
-  const unsigned peers = __match_any_sync(0xffffffffu, ok ? h : -2 - static_cast<int32_t>(lane));
-  s.distinct = __ballot_sync(0xffffffffu, ok && (peers & below) == 0u);
-  s.n_heavy = __popc(s.valid);
-  s.first_middle = 1 + s.n_newest + s.n_heavy;
-  s.n = s.m <= kZStrata ? s.first_middle + s.m - __popc(s.distinct) : s.first_middle + kZStrata;
-#pragma unroll
-  for (int e = 0; e < kHeavyKeys; ++e) s.h[e] = __shfl_sync(0xffffffffu, h, e);
-  s.own = h;
-  return s;
-}
-__device__ __forceinline__ bool front_is_heavy(const FrontShape &s, int32_t j) {
-  bool hit = false;
-#pragma unroll
-  for (int e = 0; e < kHeavyKeys; ++e) hit = hit || s.h[e] == j;
-  return hit;
-}
-// Writes the sample's slot keys (plus `F`, a window's first key) into s_key: one slot per
-// thread (tid < FT), as sample_exact_middle_slot / sample_stratum_key place them.
-__device__ __forceinline__ void front_place_slots(const FrontShape &s, int32_t F, int tid,
-                                                  int32_t *s_key) {
+// The sample's shape (reference_z.h sample_shape) for a sample of `len` keys, computed by every
+// warp from the heavy list in its lanes 0 .. kHeavyKeys - 1 (`h`: the entry, any value where
+// empty): the masks of the middle entries and of their first occurrences (heavy_masks' rule) by a
+// vote and a match over the lanes, so that no thread plans alone for the others and no barrier or
+// shared copy precedes the slots (one thread's plan and the 8 x 8 loops of the exact middle slots
+// were 0.4-1.5 µs of the B1 front's chain, notes/decode.md section 63). hl: the list in every
+// lane, for the slots' is_heavy tests.
+__device__ __forceinline__ ZSampleShape front_shape(int32_t len, int32_t h,
+                                                    int32_t (&hl)[kHeavyKeys]) {
   const unsigned lane = threadIdx.x & 31u;
+  const bool mid = lane < kHeavyKeys && heavy_is_middle(h, sample_newest_lo(len));
+  // (A lane that holds no middle entry matches no other: its key -2 - lane is unique, and a
+  // middle entry is >= 1.)
+  const unsigned peers = __match_any_sync(0xffffffffu, mid ? h : -2 - static_cast<int32_t>(lane));
+  const unsigned valid = __ballot_sync(0xffffffffu, mid);
+  const unsigned distinct = __ballot_sync(0xffffffffu, mid && (peers & ((1u << lane) - 1u)) == 0u);
+#pragma unroll
+  for (int e = 0; e < kHeavyKeys; ++e) hl[e] = __shfl_sync(0xffffffffu, h, e);
+  return sample_shape(len, valid, distinct);
+}
+
+// Writes the sample's slot keys (plus F, a window's first key) into s_key, one slot per thread
+// (tid < the block's threads; the heavy middle keys by warp 0's lanes, lane e holding entry h).
+__device__ __forceinline__ void front_place_slots(const ZSampleShape &s,
+                                                  const int32_t (&hl)[kHeavyKeys], int32_t h,
+                                                  int32_t F, int tid, int32_t *s_key) {
   if (tid == 0) s_key[0] = F;
   if (tid < s.n_newest) s_key[1 + tid] = F + s.newest_lo + tid;
-  // Heavy middle key number r (list order) is slot 1 + n_newest + r: warp 0's valid lanes.
-  if (tid < 32 && ((s.valid >> lane) & 1u) != 0u)
-    s_key[1 + s.n_newest + __popc(s.valid & ((1u << lane) - 1u))] = F + s.own;
+  if (tid < kHeavyKeys && ((s.valid >> tid) & 1u) != 0u) s_key[sample_heavy_slot(s, tid)] = F + h;
   if (s.m > kZStrata) {
-    if (tid < kZStrata) {
-      int32_t j =
-          1 + static_cast<int32_t>((static_cast<int64_t>(2 * tid + 1) * s.m) / (2 * kZStrata));
-      while (front_is_heavy(s, j) && j + 1 < s.newest_lo) ++j;
-      s_key[s.first_middle + tid] = F + j;
-    }
+    if (tid < kZStrata) s_key[s.first_middle + tid] = F + sample_stratum_key(s, hl, tid);
   } else if (tid < s.m) {
-    const int32_t j = 1 + tid;
-    if (!front_is_heavy(s, j)) {
-      int lower = 0;  // distinct heavy middle keys below j
-#pragma unroll
-      for (int e = 0; e < kHeavyKeys; ++e) lower += ((s.distinct >> e) & 1u) != 0u && s.h[e] < j;
-      s_key[s.first_middle + (j - 1) - lower] = F + j;
-    }
+    const int slot = sample_exact_middle_slot(s, hl, 1 + tid);
+    if (slot >= 0) s_key[slot] = F + 1 + tid;
   }
 }
 
@@ -279,7 +248,9 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   if (L <= 0) return;
   const int32_t F = WIN ? window_first(L, window) : 0;  // the window's first key
   // The sample's shape, by every warp (front_shape; WIN: the window's keys, F on).
-  const FrontShape sh = front_shape(L - F, WIN ? (heavy > F ? heavy - F : -1) : heavy);
+  const int32_t heavy_w = WIN ? (heavy > F ? heavy - F : -1) : heavy;
+  int32_t hl[kHeavyKeys];
+  const ZSampleShape sh = front_shape(L - F, heavy_w, hl);
   // The sample's bytes join the group's read counters (add_step_stats adds them to `stats`).
   if (tid == 0 && first_block)
     ws.gcnt[(static_cast<int64_t>(b) * c.n_kv_heads + hk) * 5 + 4] =
@@ -288,7 +259,7 @@ __global__ void __launch_bounds__(FT, UNROLL ? (SMALL ? 1 : 2) : (E == 8 ? 2 : (
   const bool strata = sh.m > kZStrata;
   const int first_stratum = strata ? sh.first_middle : n;
   // Place the slots (each slot written by exactly one thread; WIN: the window's keys, F on).
-  front_place_slots(sh, F, tid, s_key);
+  front_place_slots(sh, hl, heavy_w, F, tid, s_key);
   __syncthreads();
   // Slot tid's key row and scale, for the warps' tiles below. SMALL: the row's two planes are
   // prefetched into L2 at once (no registers held), so that their latency overlaps the q

@@ -99,46 +99,69 @@ FOLD_HD void plan_window_sample(int32_t L, int32_t first, ZSample &z,
 
 // The shape of the sample (everything but the middle keys' slots), so that a kernel can
 // place every slot in parallel: slot 0 key 0, slots [1, 1 + n_newest) the newest keys,
-// then the heavy middle keys (heavy_mid, list order), then from first_middle either every
-// non-heavy middle key ascending (m <= kZStrata) or the kZStrata stratum samples.
+// then the heavy middle keys (list order), then from first_middle either every non-heavy
+// middle key ascending (m <= kZStrata) or the kZStrata stratum samples. It depends on the
+// heavy list only through two masks over its entries (bit e: entry e): `valid`, the middle
+// entries (1 <= heavy[e] < newest_lo), and `distinct`, those whose key no earlier valid entry
+// holds. The CUDA front computes the masks with warp votes (decode_front.cuh), heavy_masks
+// here with loops; everything else is these functions on both sides.
 struct ZSampleShape {
   int32_t newest_lo = 1, m = 0;
   int n_newest = 0, n_heavy = 0, first_middle = 0, n = 0;
-  int32_t heavy_mid[kHeavyKeys];
+  unsigned valid = 0u, distinct = 0u;
 };
 
-FOLD_HD void plan_sample_shape(int32_t L, const int32_t *heavy, ZSampleShape &s) {
-  s.newest_lo = L - kZNewest > 1 ? L - kZNewest : 1;
-  s.n_newest = L - s.newest_lo;
-  s.n_heavy = 0;
-  if (heavy != nullptr)
-    for (int i = 0; i < kHeavyKeys; ++i)
-      if (heavy[i] >= 1 && heavy[i] < s.newest_lo) s.heavy_mid[s.n_heavy++] = heavy[i];
-  s.m = s.newest_lo - 1;
-  s.first_middle = 1 + s.n_newest + s.n_heavy;
-  if (s.m <= kZStrata) {
-    // Distinct heavy keys among the middle ones are skipped.
-    int distinct = 0;
-    for (int i = 0; i < s.n_heavy; ++i) {
-      bool seen = false;
-      for (int e = 0; e < i; ++e) seen = seen || s.heavy_mid[e] == s.heavy_mid[i];
-      distinct += seen ? 0 : 1;
-    }
-    s.n = s.first_middle + s.m - distinct;
-  } else {
-    s.n = s.first_middle + kZStrata;
+FOLD_HD int popcount32(unsigned x) {
+#if defined(__CUDA_ARCH__)
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
+FOLD_HD int32_t sample_newest_lo(int32_t L) { return L - kZNewest > 1 ? L - kZNewest : 1; }
+
+// Whether a heavy-list entry is a middle key of a request whose newest keys start at newest_lo.
+FOLD_HD bool heavy_is_middle(int32_t h, int32_t newest_lo) { return h >= 1 && h < newest_lo; }
+
+FOLD_HD void heavy_masks(const int32_t *heavy, int32_t newest_lo, unsigned &valid,
+                         unsigned &distinct) {
+  valid = 0u;
+  distinct = 0u;
+  if (heavy == nullptr) return;
+  for (int e = 0; e < kHeavyKeys; ++e) {
+    if (!heavy_is_middle(heavy[e], newest_lo)) continue;
+    bool seen = false;
+    for (int f = 0; f < e; ++f) seen = seen || (((valid >> f) & 1u) != 0u && heavy[f] == heavy[e]);
+    valid |= 1u << e;
+    distinct |= seen ? 0u : 1u << e;
   }
+}
+
+FOLD_HD ZSampleShape sample_shape(int32_t L, unsigned valid, unsigned distinct) {
+  ZSampleShape s;
+  s.newest_lo = sample_newest_lo(L);
+  s.n_newest = L - s.newest_lo;
+  s.m = s.newest_lo - 1;
+  s.valid = valid;
+  s.distinct = distinct;
+  s.n_heavy = popcount32(valid);
+  s.first_middle = 1 + s.n_newest + s.n_heavy;
+  // (m <= kZStrata: the distinct heavy middle keys are skipped among the middle ones.)
+  s.n = s.m <= kZStrata ? s.first_middle + s.m - popcount32(distinct) : s.first_middle + kZStrata;
+  return s;
+}
+
+// The slot of heavy entry e (a valid one): the heavy middle keys in list order.
+FOLD_HD int sample_heavy_slot(const ZSampleShape &s, int e) {
+  return 1 + s.n_newest + popcount32(s.valid & ((1u << e) - 1u));
 }
 
 // m <= kZStrata: the slot of middle key j in [1, newest_lo), or -1 if j is heavy.
 FOLD_HD int sample_exact_middle_slot(const ZSampleShape &s, const int32_t *heavy, int32_t j) {
   if (is_heavy(heavy, j)) return -1;
   int below = 0;  // distinct heavy middle keys < j
-  for (int i = 0; i < s.n_heavy; ++i) {
-    bool seen = false;
-    for (int e = 0; e < i; ++e) seen = seen || s.heavy_mid[e] == s.heavy_mid[i];
-    below += (!seen && s.heavy_mid[i] < j) ? 1 : 0;
-  }
+  for (int e = 0; e < kHeavyKeys; ++e) below += ((s.distinct >> e) & 1u) != 0u && heavy[e] < j;
   return s.first_middle + (j - 1) - below;
 }
 

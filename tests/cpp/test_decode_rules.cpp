@@ -305,8 +305,10 @@ TEST(FpRules, Log2AddExp2) {
 }
 
 TEST(ReferenceZ, ParallelPlacementEqualsTheSerialPlan) {
-  // The CUDA front places every slot independently (plan_sample_shape, then one thread per
-  // middle key or stratum); it must build the serial plan exactly.
+  // The CUDA front places every slot independently (sample_shape from the heavy list's masks,
+  // then one thread per newest key, heavy entry, middle key or stratum); it must build the serial
+  // plan exactly. The masks here by heavy_masks' loops (the front takes them by warp votes; the
+  // GPU test test_decode_front_sample_heavy_lists_match_cpu holds those to the CPU's bits).
   std::mt19937 rng(5);
   for (int32_t L : {1, 2, 50, 63, 64, 65, 100, 150, 192, 193, 194, 300, 1000, 4097, 32768}) {
     for (int trial = 0; trial < 40; ++trial) {
@@ -321,13 +323,15 @@ TEST(ReferenceZ, ParallelPlacementEqualsTheSerialPlan) {
       const int32_t *h = trial == 0 ? nullptr : heavy;
       ZSample ref;
       plan_reference_sample(L, ref, h);
-      ZSampleShape s;
-      plan_sample_shape(L, h, s);
+      unsigned valid = 0u, distinct = 0u;
+      heavy_masks(h, sample_newest_lo(L), valid, distinct);
+      const ZSampleShape s = sample_shape(L, valid, distinct);
       ASSERT_EQ(s.n, ref.n) << L;
       std::vector<int32_t> key(ref.n, -2);
       key[0] = 0;
       for (int i = 0; i < s.n_newest; ++i) key[1 + i] = s.newest_lo + i;
-      for (int i = 0; i < s.n_heavy; ++i) key[1 + s.n_newest + i] = s.heavy_mid[i];
+      for (int e = 0; e < kHeavyKeys; ++e)
+        if (((valid >> e) & 1u) != 0u) key[sample_heavy_slot(s, e)] = h[e];
       if (s.m <= kZStrata) {
         ASSERT_EQ(ref.first_stratum, ref.n);
         for (int32_t j = 1; j < s.newest_lo; ++j) {
