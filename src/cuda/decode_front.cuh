@@ -157,7 +157,7 @@ __device__ __forceinline__ void front_place_slots(const ZSampleShape &s,
 constexpr int kFrontRows = kThreads / 32;  // rows per block step: one warp per row
 
 // grid (Hkv, B, row blocks), FT threads (256; 128 in the HALF form); D = 32 E. Every step is
-// parallel: the sample's slots are placed by one thread each (plan_sample_shape), q rows are
+// parallel: the sample's slots are placed by one thread each (front_place_slots), q rows are
 // quantised one warp each, the sample's fine logits on the int8 tensor cores (each warp
 // kZSlots / (FT / 32) slots, 32 or 64, x the step's rows; on dp4a,
 // one thread per slot, they were most of the front's time at large batch), and each row's Z one

@@ -548,10 +548,10 @@ def test_decode_split2_pair_same_bits(dtype, D, Hkv, G, v8, depth, page, lengths
 
 
 # Hand-made heavy lists for the front's sample (decode_front.cuh front_shape / front_place_slots
-# against reference_z.h plan_sample_shape): with L the request's length and the newest keys
-# [L - 63, L), entries that are empty (-1), key 0, in the newest range or past L (never middle),
-# duplicates (counted once among the exact middle keys), consecutive keys (a stratum sample
-# moves past every one of them) and keys at stratum positions.
+# against the CPU reference's serial plan_reference_sample): with L the request's length and the
+# newest keys [L - 63, L), entries that are empty (-1), key 0, in the newest range or past L
+# (never middle), duplicates (counted once among the exact middle keys), consecutive keys (a
+# stratum sample moves past every one of them) and keys at stratum positions.
 def _heavy_lists(L):
     lo = max(L - 63, 1)
     mid = [j for j in (1, 2, 3, lo // 2, lo // 2 + 1, lo - 1) if 1 <= j < lo]
