@@ -54,6 +54,9 @@ FOLD_HD bool is_heavy(const int32_t *heavy, int32_t j) {
   return false;
 }
 
+// The first of a request's newest keys (the sample's newest slots: keys [newest_lo, L)).
+FOLD_HD int32_t sample_newest_lo(int32_t L) { return L - kZNewest > 1 ? L - kZNewest : 1; }
+
 // heavy: the request's kHeavyKeys list (-1 = empty entry) or nullptr.
 FOLD_HD void plan_reference_sample(int32_t L, ZSample &z, const int32_t *heavy = nullptr) {
   z.n = 0;
@@ -63,7 +66,7 @@ FOLD_HD void plan_reference_sample(int32_t L, ZSample &z, const int32_t *heavy =
     return;
   }
   z.key[z.n++] = 0;
-  const int32_t newest_lo = L - kZNewest > 1 ? L - kZNewest : 1;
+  const int32_t newest_lo = sample_newest_lo(L);
   for (int32_t j = newest_lo; j < L; ++j) z.key[z.n++] = j;
   if (heavy != nullptr)
     for (int i = 0; i < kHeavyKeys; ++i)
@@ -118,8 +121,6 @@ FOLD_HD int popcount32(unsigned x) {
   return __builtin_popcount(x);
 #endif
 }
-
-FOLD_HD int32_t sample_newest_lo(int32_t L) { return L - kZNewest > 1 ? L - kZNewest : 1; }
 
 // Whether a heavy-list entry is a middle key of a request whose newest keys start at newest_lo.
 FOLD_HD bool heavy_is_middle(int32_t h, int32_t newest_lo) { return h >= 1 && h < newest_lo; }
